@@ -1,0 +1,58 @@
+"""`NpuCard`: one accelerator card with its vLLM servers and the PaddleX servers bound to them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from components.paddlex import PaddlexServer, PaddlexServerArgs
+from components.plan import CardPlan
+from components.settings import FleetSettings
+from components.vllm import VllmServer, VllmServerArgs
+
+
+@dataclass
+class NpuCardArgs:
+    settings: FleetSettings
+    card: CardPlan
+    vllm_image: pulumi.Input[str]
+    paddlex_image: pulumi.Input[str]
+    provider: pulumi.ProviderResource | None = None
+
+
+class NpuCard(pulumi.ComponentResource):
+    """A card (an Ascend NPU by default; a GPU or a simulated card by the host's kind).
+
+    Its PaddleX servers start only after the vLLM their pipeline config names is ready.
+    """
+
+    vllm: list[VllmServer]
+    paddlex: list[PaddlexServer]
+
+    def __init__(self, name: str, args: NpuCardArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("paddleocr-fleet:fleet:NpuCard", name, {}, opts)
+        self.vllm, self.paddlex = [], []
+        for vllm in args.card.vllm:
+            server = VllmServer(
+                f"{name}-vllm-{vllm.port}",
+                VllmServerArgs(args.settings, vllm, args.vllm_image, args.provider),
+                pulumi.ResourceOptions(parent=self),
+            )
+            self.vllm.append(server)
+            for paddlex in args.card.bound_to(vllm):
+                self.paddlex.append(
+                    PaddlexServer(
+                        f"{name}-paddlex-{paddlex.port}",
+                        PaddlexServerArgs(
+                            args.settings, paddlex, args.paddlex_image, server.ready, args.provider
+                        ),
+                        pulumi.ResourceOptions(parent=self),
+                    )
+                )
+        self.register_outputs(
+            {
+                "vllm_urls": [s.url for s in self.vllm],
+                "paddlex_urls": [s.url for s in self.paddlex],
+            }
+        )

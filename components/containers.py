@@ -1,0 +1,75 @@
+"""Container inputs shared by the vLLM and PaddleX components (pulumi-docker argument objects)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_docker as docker
+
+from components.plan import HostPlan
+from components.render import MODEL_DIR_IN_CONTAINER
+from components.settings import FleetSettings
+
+ROLE_LABEL = "paddleocr-fleet.role"
+
+
+def accelerator_args(
+    settings: FleetSettings,
+    host: HostPlan,
+    card: int,
+    mounts: tuple[tuple[str, str], ...],
+    shm_mb: int | None,
+) -> dict[str, Any]:
+    """Devices, GPU requests, privileges, shared memory and mounts for a container of `card`."""
+    kind = host.kind
+    args: dict[str, Any] = {
+        "privileged": kind.privileged,
+        "devices": [
+            docker.ContainerDeviceArgs(host_path=node, container_path=node, permissions="rwm")
+            for node in kind.device_nodes(card)
+        ],
+        "volumes": [
+            docker.ContainerVolumeArgs(
+                host_path=settings.model_dir, container_path=MODEL_DIR_IN_CONTAINER
+            ),
+            *(
+                docker.ContainerVolumeArgs(host_path=src, container_path=dst, read_only=True)
+                for src, dst in mounts
+            ),
+        ],
+    }
+    if kind.gpu_request:
+        args["device_requests"] = [
+            docker.ContainerDeviceRequestArgs(
+                driver="nvidia", device_ids=[str(card)], capabilities=[["gpu"]]
+            )
+        ]
+    if shm_mb is not None:
+        args["shm_size"] = shm_mb
+    return args
+
+
+def labels(
+    role: str, host: HostPlan, card: int | None, port: int
+) -> list[docker.ContainerLabelArgs]:
+    values = {
+        ROLE_LABEL: role,
+        "paddleocr-fleet.host": host.name,
+        "paddleocr-fleet.port": str(port),
+    }
+    if card is not None:
+        values["paddleocr-fleet.card"] = str(card)
+    return [docker.ContainerLabelArgs(label=k, value=v) for k, v in values.items()]
+
+
+def envs(values: dict[str, str]) -> list[str]:
+    return [f"{key}={value}" for key, value in values.items()]
+
+
+def child_opts(parent: pulumi.Resource, provider: pulumi.ProviderResource | None, **extra: Any):
+    """Options for a child container: parented, on its host's provider, deleted before replaced
+    (host networking: the old and new container cannot hold the same port at once)."""
+    return pulumi.ResourceOptions(
+        parent=parent, provider=provider, delete_before_replace=True, **extra
+    )

@@ -1,0 +1,90 @@
+"""`Gateway`: the OCR gateway container; its config derives from the PaddleX servers' outputs and
+is swapped in by `docker exec` (the gateway reloads it without a restart)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_command as command
+import pulumi_docker as docker
+
+from components import containers, render
+from components.plan import GatewayPlan
+from components.settings import FleetSettings
+
+GATEWAY_CONTEXT = "gateway"
+
+
+@dataclass
+class GatewayArgs:
+    settings: FleetSettings
+    plan: GatewayPlan
+    upstreams: list[pulumi.Output[dict[str, Any]]]
+    """One entry per PaddleX server, each resolving once that server is ready."""
+    image: pulumi.Input[str] | None = None
+    """A prebuilt image; None builds `gateway/Dockerfile` on the gateway's host."""
+    provider: pulumi.ProviderResource | None = None
+    build_args: dict[str, str] = field(default_factory=dict)
+
+
+class Gateway(pulumi.ComponentResource):
+    url: pulumi.Output[str]
+    config_json: pulumi.Output[str]
+
+    def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("paddleocr-fleet:fleet:Gateway", name, {}, opts)
+        settings, gateway = args.settings, args.plan
+        image = args.image
+        if image is None:
+            built = docker.Image(
+                f"{name}-image",
+                image_name="paddleocr-fleet/gateway:latest",
+                build=docker.DockerBuildArgs(
+                    context=".",
+                    dockerfile=f"{GATEWAY_CONTEXT}/Dockerfile",
+                    args=args.build_args or None,
+                    network="host",
+                ),
+                skip_push=True,
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
+            )
+            image = built.image_name
+        self.config_json = pulumi.Output.all(*args.upstreams).apply(
+            lambda entries: render.gateway_config_json(settings, list(entries))
+        )
+        argv = render.gateway_argv(gateway)
+        self.container = docker.Container(
+            name,
+            name=gateway.container_name,
+            image=image,
+            network_mode="host",
+            restart="unless-stopped",
+            entrypoints=argv[:1],
+            command=argv[1:],
+            uploads=[
+                docker.ContainerUploadArgs(file=gateway.config_path, content=self.config_json)
+            ],
+            labels=containers.labels("gateway", gateway.host, None, gateway.port),
+            # Later configs arrive through `install` below and are reloaded in place.
+            opts=containers.child_opts(self, args.provider, ignore_changes=["uploads"]),
+        )
+        self.install = command.local.Command(
+            f"{name}-config",
+            create=render.gateway_config_install_command(gateway),
+            stdin=self.config_json,
+            environment=gateway.host.docker_env,
+            triggers=[self.container.id, self.config_json.apply(render.content_hash)],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.container]),
+        )
+        self.ready = command.local.Command(
+            f"{name}-ready",
+            create=render.gateway_ready_command(settings, gateway),
+            environment=gateway.host.docker_env,
+            triggers=[self.container.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.install]),
+        )
+        self.url = self.ready.stdout.apply(lambda _: gateway.url)
+        self.register_outputs({"url": self.url, "config": self.config_json.apply(json.loads)})

@@ -1,0 +1,85 @@
+"""`PaddlexServer`: an idle PaddleX container, its service started by `docker exec` once its vLLM
+is ready, and a bounded wait on the service's `/health`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_command as command
+import pulumi_docker as docker
+
+from components import containers, render
+from components.plan import PaddlexInstance
+from components.settings import FleetSettings
+
+# The container idles (as in the seed) until `docker exec` starts the service; bash with an explicit
+# TERM trap so that `docker stop` ends it at once even as PID 1.
+IDLE = ["bash", "-c", "trap 'exit 0' TERM; tail -f /dev/null & wait"]
+
+
+@dataclass
+class PaddlexServerArgs:
+    settings: FleetSettings
+    instance: PaddlexInstance
+    image: pulumi.Input[str]
+    vllm_ready: pulumi.Resource
+    provider: pulumi.ProviderResource | None = None
+
+
+class PaddlexServer(pulumi.ComponentResource):
+    """One PaddleX instance bound to one vLLM through its rendered pipeline config.
+
+    `url` resolves only once the service answers `/health`.
+    """
+
+    url: pulumi.Output[str]
+    ready: command.local.Command
+
+    def __init__(
+        self, name: str, args: PaddlexServerArgs, opts: pulumi.ResourceOptions | None = None
+    ):
+        super().__init__("paddleocr-fleet:fleet:PaddlexServer", name, {}, opts)
+        settings, paddlex = args.settings, args.instance
+        kind = paddlex.host.kind
+        self.container = docker.Container(
+            name,
+            name=paddlex.container_name,
+            image=args.image,
+            network_mode="host",
+            restart="unless-stopped",
+            entrypoints=IDLE,
+            envs=containers.envs(render.paddlex_env(paddlex)),
+            uploads=[
+                docker.ContainerUploadArgs(
+                    file=paddlex.pipeline_config_path,
+                    content=render.pipeline_config_yaml(settings, paddlex),
+                )
+            ],
+            labels=containers.labels("paddlex", paddlex.host, paddlex.card, paddlex.port),
+            **containers.accelerator_args(
+                settings, paddlex.host, paddlex.card, kind.paddlex_mounts, kind.paddlex_shm_mb
+            ),
+            opts=containers.child_opts(self, args.provider),
+        )
+        self.start = command.local.Command(
+            f"{name}-start",
+            create=render.paddlex_start_command(settings, paddlex),
+            delete=render.paddlex_stop_command(paddlex),
+            environment=paddlex.host.docker_env,
+            triggers=[self.container.id],
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[self.container, args.vllm_ready],
+                delete_before_replace=True,
+            ),
+        )
+        self.ready = command.local.Command(
+            f"{name}-ready",
+            create=render.paddlex_ready_command(settings, paddlex),
+            environment=paddlex.host.docker_env,
+            triggers=[self.container.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.start]),
+        )
+        self.url = self.ready.stdout.apply(lambda _: paddlex.url)
+        self.register_outputs({"url": self.url, "container_id": self.container.id})

@@ -1,0 +1,226 @@
+"""The fleet's topology, computed once from the settings: hosts -> cards -> vLLM -> PaddleX.
+
+Every port, container name and binding is decided here; everything else reads the plan.
+
+    >>> from components.settings import load_settings
+    >>> plan = build_plan(load_settings({"cards": "8", "portFirstCard": "2"}))
+    >>> [v.port for v in plan.card("local", 0).vllm]
+    [9031, 9041]
+
+`python -m components.plan` prints the seed-style port matrix and routing table.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from components.accelerators import KINDS, AcceleratorKind
+from components.settings import ConfigError, FleetSettings, HostSettings
+
+CONFIG_DIR_IN_CONTAINER = "/etc/paddleocr-fleet"
+LOG_DIR_IN_CONTAINER = "/data/logs"
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    name: str
+    address: str
+    endpoint: str | None
+    kind: AcceleratorKind
+
+    @property
+    def docker_env(self) -> dict[str, str]:
+        """Environment for `docker` CLI calls that must reach this host's engine."""
+        return {"DOCKER_HOST": self.endpoint} if self.endpoint else {}
+
+
+@dataclass(frozen=True)
+class VllmInstance:
+    host: HostPlan
+    card: int
+    index: int
+    port: int
+
+    @property
+    def container_name(self) -> str:
+        kind = self.host.kind
+        return f"{kind.vllm_name_prefix}-{self.port}-{kind.device_label}-{self.card}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host.address}:{self.port}"
+
+    @property
+    def label(self) -> str:
+        return f"vLLM #{self.index + 1} of card {self.card} on host {self.host.name}"
+
+
+@dataclass(frozen=True)
+class PaddlexInstance:
+    host: HostPlan
+    card: int
+    index: int
+    port: int
+    vllm: VllmInstance
+
+    @property
+    def container_name(self) -> str:
+        return f"paddle-{self.port}-{self.host.kind.device_label}-{self.card}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host.address}:{self.port}"
+
+    @property
+    def pipeline_config_path(self) -> str:
+        return f"{CONFIG_DIR_IN_CONTAINER}/pipeline_config_vllm-{self.port}.yaml"
+
+    @property
+    def log_path(self) -> str:
+        return f"{LOG_DIR_IN_CONTAINER}/paddle-{self.port}.log"
+
+    @property
+    def label(self) -> str:
+        return f"PaddleX #{self.index + 1} of card {self.card} on host {self.host.name}"
+
+
+@dataclass(frozen=True)
+class CardPlan:
+    host: HostPlan
+    card: int
+    vllm: tuple[VllmInstance, ...]
+    paddlex: tuple[PaddlexInstance, ...]
+
+    def bound_to(self, vllm: VllmInstance) -> tuple[PaddlexInstance, ...]:
+        return tuple(p for p in self.paddlex if p.vllm == vllm)
+
+
+@dataclass(frozen=True)
+class GatewayPlan:
+    host: HostPlan
+    port: int
+    container_name: str
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host.address}:{self.port}"
+
+    @property
+    def config_path(self) -> str:
+        return f"{CONFIG_DIR_IN_CONTAINER}/gateway.json"
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    hosts: tuple[HostPlan, ...]
+    cards: tuple[CardPlan, ...]
+    gateway: GatewayPlan
+
+    @property
+    def vllm(self) -> tuple[VllmInstance, ...]:
+        return tuple(v for c in self.cards for v in c.vllm)
+
+    @property
+    def paddlex(self) -> tuple[PaddlexInstance, ...]:
+        return tuple(p for c in self.cards for p in c.paddlex)
+
+    def cards_of(self, host: str) -> tuple[CardPlan, ...]:
+        return tuple(c for c in self.cards if c.host.name == host)
+
+    def card(self, host: str, card: int) -> CardPlan:
+        return next(c for c in self.cards if c.host.name == host and c.card == card)
+
+    def upstreams(self) -> list[str]:
+        return [p.url for p in self.paddlex]
+
+    def vllm_endpoints(self) -> list[str]:
+        return [v.url for v in self.vllm]
+
+
+def port_order(host: HostSettings) -> list[int]:
+    """Card ids in port-slot order: sorted, rotated so `portFirstCard` gets slot 0."""
+    ordered = sorted(host.card_ids)
+    if host.port_first_card is None:
+        return ordered
+    start = ordered.index(host.port_first_card)
+    return ordered[start:] + ordered[:start]
+
+
+def build_plan(settings: FleetSettings) -> FleetPlan:
+    """Compute the whole topology; raise `ConfigError` on ports out of range or shared."""
+    hosts: list[HostPlan] = []
+    cards: list[CardPlan] = []
+    for host_settings in settings.hosts:
+        host = HostPlan(
+            name=host_settings.name,
+            address=host_settings.address,
+            endpoint=host_settings.endpoint,
+            kind=KINDS[host_settings.accelerator],
+        )
+        hosts.append(host)
+        slots = {card: slot for slot, card in enumerate(port_order(host_settings))}
+        for card in sorted(host_settings.card_ids):
+            cards.append(_plan_card(settings, host_settings, host, card, slots[card]))
+    gateway_host = next(h for h in hosts if h.name == settings.gateway_host_settings.name)
+    gateway = GatewayPlan(gateway_host, settings.gateway_port, settings.gateway_container_name)
+    plan = FleetPlan(tuple(hosts), tuple(cards), gateway)
+    _check_ports(plan, settings)
+    return plan
+
+
+def _plan_card(
+    settings: FleetSettings, host_settings: HostSettings, host: HostPlan, card: int, slot: int
+) -> CardPlan:
+    stride = settings.port_stride
+    vllm = tuple(
+        VllmInstance(host, card, i, host_settings.vllm_base_port + slot + i * stride)
+        for i in range(settings.vllm_per_card)
+    )
+    paddlex = tuple(
+        PaddlexInstance(
+            host,
+            card,
+            j,
+            host_settings.paddlex_base_port + slot + j * stride,
+            vllm[j // settings.paddlex_per_vllm],
+        )
+        for j in range(settings.vllm_per_card * settings.paddlex_per_vllm)
+    )
+    return CardPlan(host, card, vllm, paddlex)
+
+
+def _check_ports(plan: FleetPlan, settings: FleetSettings) -> None:
+    single = len(plan.hosts) == 1
+    used: dict[tuple[str, int], list[tuple[str, str]]] = defaultdict(list)
+    for v in plan.vllm:
+        key = _host_key(single, plan, v.host, "vllmBasePort")
+        used[(v.host.name, v.port)].append((v.label, key))
+    for p in plan.paddlex:
+        key = _host_key(single, plan, p.host, "paddlexBasePort")
+        used[(p.host.name, p.port)].append((p.label, key))
+    gateway = plan.gateway
+    used[(gateway.host.name, gateway.port)].append(("the gateway", "gatewayPort"))
+    for (host, port), users in used.items():
+        if not 1 <= port <= 65535:
+            label, key = users[0]
+            raise ConfigError(f"config key '{key}': port {port} of {label} is outside 1..65535")
+        if len(users) > 1:
+            keys = sorted({k for _, k in users})
+            if "gatewayPort" not in keys:
+                keys.append("portStride")
+            names = " and ".join(label for label, _ in users)
+            raise ConfigError(
+                f"config key '{'/'.join(keys)}': port {port} on host '{host}' is planned for "
+                f"both {names}"
+            )
+
+
+def _host_key(single: bool, plan: FleetPlan, host: HostPlan, key: str) -> str:
+    return key if single else f"hosts[{plan.hosts.index(host)}].{key}"
+
+
+if __name__ == "__main__":
+    from components.plan_cli import main
+
+    raise SystemExit(main())

@@ -1,0 +1,317 @@
+"""Rendered artefacts of the plan: launch commands, pipeline configs, start-up shell commands.
+
+Pure functions of (settings, plan instance); the components pass their results to Pulumi
+resources unchanged, and the tests run the shell strings for real.
+
+    >>> from components.settings import load_settings
+    >>> from components.plan import build_plan
+    >>> settings = load_settings({"cards": "1"})
+    >>> paddlex = build_plan(settings).paddlex[0]
+    >>> paddlex_argv(settings, paddlex)[:4]
+    ['paddlex', '--serve', '--device', 'npu']
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shlex
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.plan import FleetPlan, GatewayPlan, PaddlexInstance, VllmInstance
+from components.settings import FleetSettings
+
+CONFIG_TEMPLATES = Path(__file__).resolve().parent.parent / "config"
+PIPELINE_TEMPLATE = CONFIG_TEMPLATES / "pipeline_config_vllm.yaml"
+GATEWAY_DEFAULTS = CONFIG_TEMPLATES / "gateway_defaults.json"
+MODEL_DIR_IN_CONTAINER = "/data"
+
+
+def vllm_argv(settings: FleetSettings, vllm: VllmInstance) -> list[str]:
+    """`vllm serve ...` with the seed's flags, the kind's flags and the operator's extras."""
+    return [
+        "vllm",
+        "serve",
+        settings.container_model_path,
+        "--served-model-name",
+        settings.served_model_name,
+        "--port",
+        str(vllm.port),
+        "--max-num-batched-tokens",
+        str(settings.max_num_batched_tokens),
+        "--trust-remote-code",
+        "--no-enable-prefix-caching",
+        "--mm-processor-cache-gb",
+        "0",
+        "--gpu-memory-utilization",
+        f"{settings.memory_fraction:g}",
+        *vllm.host.kind.vllm_flags,
+        *settings.vllm_extra_args,
+    ]
+
+
+def vllm_env(vllm: VllmInstance) -> dict[str, str]:
+    kind = vllm.host.kind
+    return dict(kind.vllm_env + kind.card_env(vllm.card))
+
+
+def paddlex_env(paddlex: PaddlexInstance) -> dict[str, str]:
+    return dict(paddlex.host.kind.card_env(paddlex.card))
+
+
+def pipeline_config(settings: FleetSettings, paddlex: PaddlexInstance) -> dict[str, Any]:
+    """The pipeline config of one PaddleX instance, bound to its vLLM."""
+    config = copy.deepcopy(_pipeline_template())
+    config["batch_size"] = settings.pipeline_batch_size
+    modules = config["SubModules"]
+    modules["LayoutDetection"]["batch_size"] = settings.layout_batch_size
+    recognition = modules["VLRecognition"]
+    recognition["model_name"] = settings.served_model_name
+    recognition["batch_size"] = settings.vl_batch_size
+    recognition["genai_config"]["server_url"] = f"{paddlex.vllm.url}/v1"
+    config["SubPipelines"]["DocPreprocessor"]["batch_size"] = settings.doc_preprocessor_batch_size
+    config["Serving"] = {"visualize": False, "extra": {"max_num_input_imgs": None}}
+    return config
+
+
+def pipeline_config_yaml(settings: FleetSettings, paddlex: PaddlexInstance) -> str:
+    header = (
+        f"# Rendered by paddleocr-fleet for {paddlex.container_name}: "
+        f"bound to {paddlex.vllm.container_name} ({paddlex.vllm.url}).\n"
+    )
+    body = yaml.safe_dump(pipeline_config(settings, paddlex), sort_keys=False)
+    return header + body
+
+
+@cache
+def _pipeline_template() -> dict[str, Any]:
+    return yaml.safe_load(PIPELINE_TEMPLATE.read_text(encoding="utf-8"))
+
+
+def paddlex_argv(settings: FleetSettings, paddlex: PaddlexInstance) -> list[str]:
+    return [
+        "paddlex",
+        "--serve",
+        "--device",
+        paddlex.host.kind.paddlex_device,
+        "--port",
+        str(paddlex.port),
+        "--pipeline",
+        paddlex.pipeline_config_path,
+    ]
+
+
+def pid_file(paddlex: PaddlexInstance) -> str:
+    return f"/tmp/paddlex-{paddlex.port}.pid"
+
+
+def paddlex_service_script(settings: FleetSettings, paddlex: PaddlexInstance) -> str:
+    """What runs inside the PaddleX container: set up, then exec the server, logging to /data."""
+    log_dir = paddlex.log_path.rsplit("/", 1)[0]
+    steps = [
+        paddlex.host.kind.paddlex_shell_setup,
+        f"mkdir -p {log_dir}",
+        f"echo $$ > {pid_file(paddlex)}",
+        f"exec {shlex.join(paddlex_argv(settings, paddlex))} >> {paddlex.log_path} 2>&1",
+    ]
+    return " && ".join(step for step in steps if step)
+
+
+def paddlex_start_command(settings: FleetSettings, paddlex: PaddlexInstance) -> str:
+    """`docker exec -d` that starts the PaddleX service in its idle container."""
+    script = paddlex_service_script(settings, paddlex)
+    return shlex.join(["docker", "exec", "-d", paddlex.container_name, "bash", "-c", script])
+
+
+def paddlex_stop_command(paddlex: PaddlexInstance) -> str:
+    """Stops the service that `paddlex_start_command` started; harmless if it is gone."""
+    script = f"kill $(cat {pid_file(paddlex)}) 2>/dev/null; rm -f {pid_file(paddlex)}"
+    return shlex.join(["docker", "exec", paddlex.container_name, "bash", "-c", script]) + (
+        " >/dev/null 2>&1 || true"
+    )
+
+
+def wait_for_http(
+    *,
+    url: str,
+    what: str,
+    container: str,
+    timeout_s: int,
+    interval_s: int,
+    log_hint: str,
+    expect: str | None = None,
+) -> str:
+    """A bounded readiness loop in POSIX sh: poll `url` until it answers 2xx (containing `expect`).
+
+    Fails fast when the container stops running, and on timeout; either way the message names
+    the instance and where its log is.
+    """
+    probe = f"curl -fsS --max-time 5 {shlex.quote(url)}"
+    check = (
+        f"{probe} 2>/dev/null | grep -qF {shlex.quote(expect)}"
+        if expect
+        else (f"{probe} -o /dev/null 2>/dev/null")
+    )
+    running = f"docker inspect -f '{{{{.State.Running}}}}' {shlex.quote(container)} 2>/dev/null"
+    failure = shlex.quote(f"{what} ({container})")
+    hint = shlex.quote(log_hint)
+    return "\n".join(
+        [
+            f"deadline=$(( $(date +%s) + {timeout_s} ))",
+            f"until {check}; do",
+            f'  if [ "$({running})" != "true" ]; then',
+            f'    echo {failure}" is not running; its log: "{hint} >&2; exit 1',
+            "  fi",
+            '  if [ "$(date +%s)" -ge "$deadline" ]; then',
+            f'    echo {failure}" not ready at "{shlex.quote(url)}" after {timeout_s} s; '
+            f'its log: "{hint} >&2; exit 1',
+            "  fi",
+            f"  sleep {interval_s}",
+            "done",
+            f"echo {shlex.quote(f'{what} ready at {url}')}",
+        ]
+    )
+
+
+def vllm_ready_command(settings: FleetSettings, vllm: VllmInstance) -> str:
+    return wait_for_http(
+        url=f"{vllm.url}/v1/models",
+        what=vllm.label,
+        container=vllm.container_name,
+        timeout_s=settings.vllm_ready_timeout,
+        interval_s=settings.ready_poll_interval,
+        log_hint=f"docker logs {vllm.container_name}",
+        expect=f'"{settings.served_model_name}"',
+    )
+
+
+def paddlex_ready_command(settings: FleetSettings, paddlex: PaddlexInstance) -> str:
+    return wait_for_http(
+        url=f"{paddlex.url}/health",
+        what=paddlex.label,
+        container=paddlex.container_name,
+        timeout_s=settings.paddlex_ready_timeout,
+        interval_s=settings.ready_poll_interval,
+        log_hint=f"docker exec {paddlex.container_name} tail -n 100 {paddlex.log_path}"
+        f" (on the host: {settings.model_dir}/{paddlex.log_path.removeprefix('/data/')})",
+    )
+
+
+def gateway_ready_command(settings: FleetSettings, gateway: GatewayPlan) -> str:
+    return wait_for_http(
+        url=f"{gateway.url}/ready",
+        what="the gateway",
+        container=gateway.container_name,
+        timeout_s=120,
+        interval_s=1,
+        log_hint=f"docker logs {gateway.container_name}",
+    )
+
+
+def gateway_upstream(paddlex: PaddlexInstance) -> dict[str, Any]:
+    """One upstream entry of the gateway config, carrying its topology."""
+    return {
+        "url": paddlex.url,
+        "host": paddlex.host.name,
+        "card": paddlex.card,
+        "vllm": paddlex.vllm.url,
+        "container": paddlex.container_name,
+    }
+
+
+def gateway_config(settings: FleetSettings, upstreams: list[dict[str, Any]]) -> dict[str, Any]:
+    """The gateway's config.json: defaults, the operator's `gateway` settings, the upstreams."""
+    config = json.loads(GATEWAY_DEFAULTS.read_text(encoding="utf-8"))
+    _merge(config, settings.gateway)
+    config["upstreams"] = upstreams
+    return config
+
+
+def gateway_config_json(settings: FleetSettings, upstreams: list[dict[str, Any]]) -> str:
+    return json.dumps(gateway_config(settings, upstreams), indent=2, sort_keys=True) + "\n"
+
+
+def gateway_config_install_command(gateway: GatewayPlan) -> str:
+    """Reads the config on stdin and swaps it in atomically; the gateway reloads it."""
+    path = gateway.config_path
+    script = f"cat > {path}.tmp && mv {path}.tmp {path}"
+    return shlex.join(["docker", "exec", "-i", gateway.container_name, "sh", "-c", script])
+
+
+def gateway_argv(gateway: GatewayPlan) -> list[str]:
+    return [
+        "python",
+        "-m",
+        "gateway",
+        "--config",
+        gateway.config_path,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(gateway.port),
+    ]
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> None:
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def topology(settings: FleetSettings, plan: FleetPlan) -> dict[str, Any]:
+    """The `topology` stack output (shape in docs/architecture.md)."""
+    return {
+        "hosts": [
+            {
+                "name": host.name,
+                "address": host.address,
+                "docker_host": host.endpoint,
+                "accelerator": host.kind.name,
+                "cards": [
+                    {
+                        "card": card.card,
+                        "vllm": [
+                            {
+                                "port": v.port,
+                                "url": v.url,
+                                "container": v.container_name,
+                                "log": f"docker logs {v.container_name}",
+                                "paddlex": [
+                                    {
+                                        "port": p.port,
+                                        "url": p.url,
+                                        "container": p.container_name,
+                                        "pipeline_config": p.pipeline_config_path,
+                                        "log": p.log_path,
+                                        "start_command": paddlex_start_command(settings, p),
+                                    }
+                                    for p in card.bound_to(v)
+                                ],
+                            }
+                            for v in card.vllm
+                        ],
+                    }
+                    for card in plan.cards_of(host.name)
+                ],
+            }
+            for host in plan.hosts
+        ],
+        "gateway": {
+            "host": plan.gateway.host.name,
+            "port": plan.gateway.port,
+            "url": plan.gateway.url,
+            "container": plan.gateway.container_name,
+            "config_path": plan.gateway.config_path,
+        },
+    }

@@ -1,0 +1,300 @@
+"""The fleet's settings: one validated, frozen object read once from the stack's config.
+
+No Pulumi import here: the stack program hands over the raw config values (strings, or JSON
+strings for structured values) and gets back a `FleetSettings` or a `ConfigError` that names the
+key and the problem.
+
+    >>> settings = load_settings({"cards": "2", "accelerator": "sim"})
+    >>> settings.hosts[0].card_ids
+    (0, 1)
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+AcceleratorName = Literal["ascend", "nvidia", "sim"]
+LOCAL_DOCKER = "unix:///var/run/docker.sock"
+
+
+class ConfigError(ValueError):
+    """Invalid stack configuration; the message names the config key and the problem."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+    )
+
+
+Port = Field(ge=1, le=65535)
+
+
+class HostSettings(_Model):
+    """One Docker host of the fleet (`hosts[i]` in config)."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+    endpoint: str | None = Field(
+        default=None,
+        description="Docker endpoint: unix:///var/run/docker.sock, ssh://user@host, tcp://host:2376",
+    )
+    address: str = Field(default="127.0.0.1", description="where the gateway reaches this host")
+    accelerator: AcceleratorName = "ascend"
+    card_ids: tuple[int, ...] = Field(min_length=1)
+    vllm_base_port: int = Port
+    paddlex_base_port: int = Port
+    port_first_card: int | None = None
+
+    @field_validator("card_ids")
+    @classmethod
+    def _cards_unique_and_non_negative(cls, ids: tuple[int, ...]) -> tuple[int, ...]:
+        for card in ids:
+            if card < 0:
+                raise ValueError(f"card id {card} is negative")
+        repeated = sorted({c for c in ids if ids.count(c) > 1})
+        if repeated:
+            raise ValueError(f"card ids repeated: {repeated}")
+        return ids
+
+    @property
+    def is_local(self) -> bool:
+        return self.endpoint is None or self.endpoint.startswith("unix://")
+
+
+class FleetSettings(_Model):
+    """Everything `pulumi up` needs, validated. Field aliases are the config keys (camelCase)."""
+
+    hosts: tuple[HostSettings, ...] = Field(min_length=1)
+    vllm_per_card: int = Field(default=2, gt=0)
+    paddlex_per_vllm: int = Field(default=3, gt=0)
+    port_stride: int = Field(default=10, gt=0)
+
+    vllm_image: str | None = None
+    paddlex_image: str | None = None
+    model_dir: str = "/opt/its/model/PaddleOCR"
+    served_model_name: str = Field(default="PaddleOCR-VL-1.5-0.9B", min_length=1)
+    model_path: str | None = None
+
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    max_num_batched_tokens: int = Field(default=16384, gt=0)
+    vllm_extra_args: tuple[str, ...] = ()
+
+    pipeline_batch_size: int = Field(default=128, gt=0)
+    layout_batch_size: int = Field(default=32, gt=0)
+    vl_batch_size: int = Field(default=16384, gt=0)
+    doc_preprocessor_batch_size: int = Field(default=16, gt=0)
+
+    vllm_ready_timeout: int = Field(default=900, gt=0, description="seconds")
+    paddlex_ready_timeout: int = Field(default=600, gt=0, description="seconds")
+    ready_poll_interval: int = Field(default=2, gt=0, description="seconds")
+
+    gateway_port: int = Field(default=9101, ge=1, le=65535)
+    gateway_host: str | None = None
+    gateway_image: str | None = None
+    gateway_container_name: str = "paddleocr-fleet-gateway"
+    gateway: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def memory_fraction(self) -> float:
+        """The vLLM `--gpu-memory-utilization` of each instance (default 0.9 / vLLM per card)."""
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization
+        return round(0.9 / self.vllm_per_card, 4)
+
+    @property
+    def container_model_path(self) -> str:
+        return self.model_path or f"/data/{self.served_model_name}"
+
+    @property
+    def gateway_host_settings(self) -> HostSettings:
+        name = self.gateway_host or self.hosts[0].name
+        return next(h for h in self.hosts if h.name == name)
+
+
+# Keys that describe one implicit host when `hosts` is not set; with `hosts`, the defaults of each.
+_HOST_DEFAULT_KEYS = (
+    "cards",
+    "cardIds",
+    "accelerator",
+    "vllmBasePort",
+    "paddlexBasePort",
+    "portFirstCard",
+    "dockerHost",
+    "hostAddress",
+)
+_FLEET_KEYS = tuple(to_camel(f) for f in FleetSettings.model_fields if f != "hosts")
+KNOWN_KEYS = frozenset((*_HOST_DEFAULT_KEYS, *_FLEET_KEYS, "hosts"))
+
+
+def load_settings(raw: Mapping[str, str]) -> FleetSettings:
+    """Validate raw config values (key without project prefix -> string) into `FleetSettings`.
+
+    Raises `ConfigError` naming the key on any problem; nothing is half-applied.
+    """
+    unknown = sorted(set(raw) - KNOWN_KEYS)
+    if unknown:
+        key = unknown[0]
+        hint = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=1)
+        suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
+        raise ConfigError(f"config key '{key}': unknown setting{suggestion}")
+    values = {key: _decode(key, value) for key, value in raw.items()}
+    host_defaults = {k: values.pop(k) for k in _HOST_DEFAULT_KEYS if k in values}
+    hosts_raw = values.pop("hosts", None)
+    if hosts_raw is None:
+        hosts = [_implicit_host(host_defaults)]
+    else:
+        if not isinstance(hosts_raw, list) or not hosts_raw:
+            raise ConfigError("config key 'hosts': must be a non-empty list of host objects")
+        hosts = [_host_entry(i, h, host_defaults) for i, h in enumerate(hosts_raw)]
+    try:
+        settings = FleetSettings.model_validate({**values, "hosts": hosts})
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, implicit_host=hosts_raw is None)) from None
+    _check_cross_field(settings)
+    return settings
+
+
+def _decode(key: str, value: Any) -> Any:
+    """Pulumi hands top-level values over as strings and structured ones as JSON text."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text[:1] in "[{":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"config key '{key}': not valid JSON ({exc.msg})") from None
+    if key == "cardIds":
+        return [part for part in re.split(r"[,\s]+", text) if part]
+    if key == "vllmExtraArgs":
+        return shlex.split(text)
+    return value
+
+
+def _implicit_host(defaults: Mapping[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": "local"}
+    if "dockerHost" in defaults:
+        entry["endpoint"] = defaults["dockerHost"]
+    if "hostAddress" in defaults:
+        entry["address"] = defaults["hostAddress"]
+    return _with_host_defaults(entry, defaults, key_prefix="")
+
+
+def _host_entry(index: int, entry: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    key = f"hosts[{index}]"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"config key '{key}': must be an object with name, endpoint, ...")
+    if not entry.get("name"):
+        raise ConfigError(f"config key '{key}.name': missing")
+    if not entry.get("endpoint"):
+        raise ConfigError(
+            f"config key '{key}.endpoint': missing (the Docker endpoint of host "
+            f"'{entry['name']}', e.g. ssh://user@host or {LOCAL_DOCKER})"
+        )
+    entry = dict(entry)
+    if "address" not in entry:
+        entry["address"] = _address_of(entry["endpoint"], key)
+    return _with_host_defaults(entry, defaults, key_prefix=f"{key}.")
+
+
+def _with_host_defaults(
+    entry: dict[str, Any], defaults: Mapping[str, Any], key_prefix: str
+) -> dict[str, Any]:
+    for key in ("accelerator", "vllmBasePort", "paddlexBasePort", "portFirstCard"):
+        if key not in entry and key in defaults:
+            entry[key] = defaults[key]
+    entry.setdefault("accelerator", "ascend")
+    entry.setdefault("vllmBasePort", 9025)
+    entry.setdefault("paddlexBasePort", 9120)
+    if "cardIds" not in entry:
+        if "cardIds" in defaults:
+            entry["cardIds"] = defaults["cardIds"]
+        else:
+            count = entry.pop("cards", defaults.get("cards", 8))
+            entry["cardIds"] = list(range(_positive_int(f"{key_prefix}cards", count)))
+    elif "cards" in entry:
+        raise ConfigError(f"config key '{key_prefix}cards': give either cards or cardIds, not both")
+    return entry
+
+
+def _positive_int(key: str, value: Any) -> int:
+    text = str(value).strip()
+    if not re.fullmatch(r"[0-9]+", text) or int(text) <= 0:
+        raise ConfigError(f"config key '{key}': must be a positive integer, got {value!r}")
+    return int(text)
+
+
+def _address_of(endpoint: str, key: str) -> str:
+    parsed = urlparse(endpoint)
+    if parsed.scheme == "unix":
+        return "127.0.0.1"
+    if parsed.scheme in ("ssh", "tcp", "http", "https") and parsed.hostname:
+        return parsed.hostname
+    raise ConfigError(
+        f"config key '{key}.endpoint': unsupported Docker endpoint {endpoint!r} "
+        "(expected unix://, ssh://user@host or tcp://host:port)"
+    )
+
+
+def _describe(exc: ValidationError, implicit_host: bool) -> str:
+    problems = []
+    errors = exc.errors()
+    for error in errors:
+        if error["loc"] == ("hosts",) and len(errors) > 1:
+            continue  # a consequence of an invalid host, which has its own message
+        key = _key_of(error["loc"], implicit_host)
+        got = error.get("input")
+        shown = "" if isinstance(got, dict | list | tuple) else f", got {got!r}"
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"config key '{key}': {message}{shown}")
+    return "; ".join(problems)
+
+
+def _key_of(loc: tuple[Any, ...], implicit_host: bool) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + item)
+    key = "".join(parts)
+    if implicit_host:  # the one implicit host is configured by top-level keys: name those
+        key = re.sub(r"^hosts\[0\]\.", "", key)
+    return key
+
+
+def _check_cross_field(settings: FleetSettings) -> None:
+    total = settings.memory_fraction * settings.vllm_per_card
+    if total > 1.0 + 1e-9:
+        raise ConfigError(
+            f"config key 'gpuMemoryUtilization': {settings.memory_fraction}"
+            f" x {settings.vllm_per_card} vLLM per card = {total:.2f} of each card's memory,"
+            " more than 1"
+        )
+    names = [h.name for h in settings.hosts]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"config key 'hosts': host names repeated: {repeated}")
+    if settings.gateway_host is not None and settings.gateway_host not in names:
+        raise ConfigError(
+            f"config key 'gatewayHost': no host named {settings.gateway_host!r} (hosts: {names})"
+        )
+    for index, host in enumerate(settings.hosts):
+        if host.port_first_card is not None and host.port_first_card not in host.card_ids:
+            key = "portFirstCard" if len(settings.hosts) == 1 else f"hosts[{index}].portFirstCard"
+            raise ConfigError(
+                f"config key '{key}': card {host.port_first_card} is not one of the cards "
+                f"{list(host.card_ids)}"
+            )

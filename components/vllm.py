@@ -1,0 +1,62 @@
+"""`VllmServer`: one vLLM container serving the VL model, and a bounded wait until it is ready."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_command as command
+import pulumi_docker as docker
+
+from components import containers, render
+from components.plan import VllmInstance
+from components.settings import FleetSettings
+
+
+@dataclass
+class VllmServerArgs:
+    settings: FleetSettings
+    instance: VllmInstance
+    image: pulumi.Input[str]
+    provider: pulumi.ProviderResource | None = None
+
+
+class VllmServer(pulumi.ComponentResource):
+    """The vLLM container (host network, the kind's devices) and its readiness wait.
+
+    `url` resolves only once `/v1/models` lists the served model, so whatever consumes it starts
+    after the model is loaded.
+    """
+
+    url: pulumi.Output[str]
+    ready: command.local.Command
+
+    def __init__(self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("paddleocr-fleet:fleet:VllmServer", name, {}, opts)
+        settings, vllm = args.settings, args.instance
+        kind = vllm.host.kind
+        argv = render.vllm_argv(settings, vllm)
+        self.container = docker.Container(
+            name,
+            name=vllm.container_name,
+            image=args.image,
+            network_mode="host",
+            restart="unless-stopped",
+            entrypoints=argv[:1],
+            command=argv[1:],
+            envs=containers.envs(render.vllm_env(vllm)),
+            labels=containers.labels("vllm", vllm.host, vllm.card, vllm.port),
+            **containers.accelerator_args(
+                settings, vllm.host, vllm.card, kind.vllm_mounts, kind.vllm_shm_mb
+            ),
+            opts=containers.child_opts(self, args.provider),
+        )
+        self.ready = command.local.Command(
+            f"{name}-ready",
+            create=render.vllm_ready_command(settings, vllm),
+            environment=vllm.host.docker_env,
+            triggers=[self.container.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.container]),
+        )
+        self.url = self.ready.stdout.apply(lambda _: vllm.url)
+        self.register_outputs({"url": self.url, "container_id": self.container.id})

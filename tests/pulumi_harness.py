@@ -1,0 +1,129 @@
+"""Runs the stack program under Pulumi mocks and records every resource, in registration order.
+
+Test-only: no Pulumi CLI or provider plugin is needed. Each registration keeps what the engine
+would see: type, name, inputs, parent, dependencies, provider and the replace options.
+
+    recording = record_stack({"cards": "2", "accelerator": "sim"})
+    recording.of_type("docker:index/container:Container")
+"""
+
+from __future__ import annotations
+
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import settings as runtime_settings
+from pulumi.runtime import stack as pulumi_stack
+from pulumi.runtime.sync_await import _sync_await
+
+PROJECT = "paddleocr-fleet"
+REPO = Path(__file__).resolve().parent.parent
+PROGRAM = REPO / "__main__.py"
+
+CONTAINER = "docker:index/container:Container"
+IMAGE = "docker:index/image:Image"
+COMMAND = "command:local:Command"
+PROVIDER = "pulumi:providers:docker"
+
+
+@dataclass
+class Registration:
+    urn: str
+    type: str
+    name: str
+    inputs: dict[str, Any]
+    parent: str
+    dependencies: list[str]
+    provider: str
+    custom: bool
+    delete_before_replace: bool
+    ignore_changes: list[str]
+
+
+@dataclass
+class Recording:
+    resources: list[Registration] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def of_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.resources if r.type == type_]
+
+    def named(self, name: str) -> Registration:
+        matches = [r for r in self.resources if r.name == name]
+        assert len(matches) == 1, f"{len(matches)} resources named {name!r}"
+        return matches[0]
+
+    def by_urn(self, urn: str) -> Registration:
+        return next(r for r in self.resources if r.urn == urn)
+
+
+class _Mocks(pulumi.runtime.Mocks):
+    """Every custom resource gets a stable id and echoes its inputs; commands print `ok`."""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        state = dict(args.inputs)
+        if args.typ == COMMAND:
+            state.setdefault("stdout", "ok")
+            state.setdefault("stderr", "")
+        if args.typ == IMAGE:
+            state.setdefault("imageName", args.inputs.get("imageName"))
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+
+class _RecordingMonitor(pulumi_mocks.MockMonitor):
+    def __init__(self, mocks: pulumi.runtime.Mocks, recording: Recording):
+        super().__init__(mocks)
+        self.recording = recording
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self.recording.resources.append(
+                Registration(
+                    urn=response.urn,
+                    type=request.type,
+                    name=request.name,
+                    inputs=self.resources[response.urn].state if request.custom else {},
+                    parent=request.parent,
+                    dependencies=list(request.dependencies),
+                    provider=request.provider,
+                    custom=request.custom,
+                    delete_before_replace=request.deleteBeforeReplace,
+                    ignore_changes=list(request.ignoreChanges),
+                )
+            )
+        return response
+
+
+def record_stack(config: dict[str, str], *, preview: bool = False) -> Recording:
+    """Run `__main__.py` with `config` (keys without the project prefix) and record it."""
+    recording = Recording()
+    runtime_settings.reset_options()
+    pulumi.runtime.set_all_config({f"{PROJECT}:{k}": v for k, v in config.items()})
+    mocks = _Mocks()
+    pulumi_mocks.set_mocks(
+        mocks,
+        project=PROJECT,
+        stack="test",
+        preview=preview,
+        monitor=_RecordingMonitor(mocks, recording),
+    )
+    runpy.run_path(str(PROGRAM), run_name="__main__")
+    stack = runtime_settings.get_root_resource()
+    recording.outputs = {
+        key: _resolve(value) for key, value in getattr(stack, "outputs", {}).items()
+    }
+    _sync_await(pulumi_stack.wait_for_rpcs())
+    return recording
+
+
+def _resolve(value: Any) -> Any:
+    output = pulumi.Output.from_input(value)
+    return _sync_await(output.future(with_unknowns=True))
