@@ -42,7 +42,7 @@ def accelerator_args(
     if kind.gpu_request:
         args["device_requests"] = [
             docker.ContainerDeviceRequestArgs(
-                driver="nvidia", device_ids=[str(card)], capabilities=[["gpu"]]
+                driver="nvidia", device_ids=[str(card)], capabilities=["gpu"]
             )
         ]
     if shm_mb is not None:

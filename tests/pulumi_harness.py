@@ -53,7 +53,8 @@ class Recording:
         return [r for r in self.resources if r.type == type_]
 
     def named(self, name: str) -> Registration:
-        matches = [r for r in self.resources if r.name == name]
+        """The custom resource (container, command, ...) of that logical name."""
+        matches = [r for r in self.resources if r.name == name and r.custom]
         assert len(matches) == 1, f"{len(matches)} resources named {name!r}"
         return matches[0]
 
@@ -62,11 +63,15 @@ class Recording:
 
 
 class _Mocks(pulumi.runtime.Mocks):
-    """Every custom resource gets a stable id and echoes its inputs; commands print `ok`."""
+    """Every custom resource gets a stable id and echoes its inputs; commands print `ok` (in a
+    preview, like the engine, their output is not known yet)."""
+
+    def __init__(self, preview: bool):
+        self.preview = preview
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         state = dict(args.inputs)
-        if args.typ == COMMAND:
+        if args.typ == COMMAND and not self.preview:
             state.setdefault("stdout", "ok")
             state.setdefault("stderr", "")
         if args.typ == IMAGE:
@@ -102,12 +107,17 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
         return response
 
 
-def record_stack(config: dict[str, str], *, preview: bool = False) -> Recording:
-    """Run `__main__.py` with `config` (keys without the project prefix) and record it."""
-    recording = Recording()
+def record_stack(
+    config: dict[str, str], *, preview: bool = False, recording: Recording | None = None
+) -> Recording:
+    """Run `__main__.py` with `config` (keys without the project prefix) and record it.
+
+    Pass `recording` to see what was registered even when the program raises.
+    """
+    recording = recording if recording is not None else Recording()
     runtime_settings.reset_options()
     pulumi.runtime.set_all_config({f"{PROJECT}:{k}": v for k, v in config.items()})
-    mocks = _Mocks()
+    mocks = _Mocks(preview)
     pulumi_mocks.set_mocks(
         mocks,
         project=PROJECT,

@@ -1,0 +1,326 @@
+"""Rendered artefacts: flags, pipeline configs, and the shell commands run for real."""
+
+import contextlib
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components import plan as plan_module
+from components import render
+from components.plan import build_plan
+from components.settings import load_settings
+
+FAKE_DOCKER = Path(__file__).with_name("fake_docker.py")
+
+
+@pytest.fixture
+def seed():
+    settings = load_settings({"portFirstCard": "2"})
+    return settings, build_plan(settings)
+
+
+def test_vllm_launch_has_the_seeds_flags(seed):
+    settings, plan = seed
+    argv = render.vllm_argv(settings, plan.card("local", 0).vllm[1])
+    assert argv[:3] == ["vllm", "serve", "/data/PaddleOCR-VL-1.5-0.9B"]
+    flags = " ".join(argv)
+    for expected in [
+        "--served-model-name PaddleOCR-VL-1.5-0.9B",
+        "--port 9041",
+        "--max-num-batched-tokens 16384",
+        "--trust-remote-code",
+        "--no-enable-prefix-caching",
+        "--mm-processor-cache-gb 0",
+        "--gpu-memory-utilization 0.45",
+        '--compilation-config {"cudagraph_mode":"FULL_DECODE_ONLY"}',
+        '--additional_config {"enable_cpu_binding":true}',
+    ]:
+        assert expected in flags
+
+
+def test_vllm_env_carries_the_seeds_exports_and_the_card(seed):
+    _, plan = seed
+    env = render.vllm_env(plan.card("local", 5).vllm[0])
+    assert env == {
+        "TASK_QUEUE_ENABLE": "1",
+        "CPU_AFFINITY_CONF": "1",
+        "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
+        "VLLM_USE_MODELSCOPE": "true",
+        "ASCEND_RT_VISIBLE_DEVICES": "5",
+    }
+
+
+def test_nvidia_launch_keeps_the_shared_flags_without_the_ascend_ones():
+    settings = load_settings({"cards": "1", "accelerator": "nvidia", "vllmExtraArgs": "--x 1"})
+    argv = render.vllm_argv(settings, build_plan(settings).vllm[0])
+    assert "--no-enable-prefix-caching" in argv and "--compilation-config" not in argv
+    assert argv[-2:] == ["--x", "1"]
+
+
+def test_pipeline_config_binds_to_its_vllm_and_lifts_the_page_limit(seed):
+    settings, plan = seed
+    for paddlex in plan.paddlex:
+        config = yaml.safe_load(render.pipeline_config_yaml(settings, paddlex))
+        genai = config["SubModules"]["VLRecognition"]["genai_config"]
+        assert genai == {"backend": "vllm-server", "server_url": f"{paddlex.vllm.url}/v1"}
+        assert config["Serving"] == {"visualize": False, "extra": {"max_num_input_imgs": None}}
+    config = yaml.safe_load(render.pipeline_config_yaml(settings, plan.card("local", 0).paddlex[4]))
+    assert config["SubModules"]["VLRecognition"]["genai_config"]["server_url"] == (
+        "http://127.0.0.1:9041/v1"
+    )
+    assert config["batch_size"] == 128
+    assert config["SubModules"]["LayoutDetection"]["batch_size"] == 32
+    assert config["SubModules"]["VLRecognition"]["batch_size"] == 16384
+    assert config["SubPipelines"]["DocPreprocessor"]["batch_size"] == 16
+
+
+def test_batch_sizes_come_from_settings():
+    settings = load_settings({"cards": "1", "pipelineBatchSize": "64", "layoutBatchSize": "8"})
+    config = render.pipeline_config(settings, build_plan(settings).paddlex[0])
+    assert config["batch_size"] == 64 and config["SubModules"]["LayoutDetection"]["batch_size"] == 8
+
+
+def test_gateway_config_merges_defaults_operator_settings_and_upstreams(seed):
+    settings = load_settings({"gateway": '{"load_balance": {"mode": "p2c"}}'})
+    plan = build_plan(settings)
+    upstreams = [render.gateway_upstream(p) for p in plan.paddlex[:2]]
+    config = render.gateway_config(settings, upstreams)
+    assert config["load_balance"] == {"mode": "p2c", "max_attempts": 12}
+    assert config["http"]["timeout_s"] == 300
+    assert config["upstreams"][0] == {
+        "url": "http://127.0.0.1:9120",
+        "host": "local",
+        "card": 0,
+        "vllm": "http://127.0.0.1:9025",
+        "container": "paddle-9120-npu-0",
+    }
+
+
+# --- the shell strings, run for real -------------------------------------------------------
+
+
+@pytest.fixture
+def shell_env(tmp_path, monkeypatch):
+    """PATH with a fake `docker` (and room for more fakes); returns (env, bin_dir, log)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _executable(bin_dir / "docker", f'#!/bin/sh\nexec {sys.executable} {FAKE_DOCKER} "$@"\n')
+    log = tmp_path / "docker.log"
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_DOCKER_LOG": str(log),
+        "HOME": str(tmp_path),
+    }
+    (tmp_path / ".bashrc").write_text("export FROM_BASHRC=yes\n")
+    return env, bin_dir, log
+
+
+def _executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _Server:
+    """A loopback HTTP server answering GET with a fixed body, starting after `delay` seconds."""
+
+    def __init__(self, port: int, body: bytes, delay: float = 0.0):
+        handler = type(
+            "Handler",
+            (BaseHTTPRequestHandler,),
+            {"do_GET": _answer(body), "log_message": lambda *a: None},
+        )
+        self.port, self.delay, self.handler = port, delay, handler
+        self.httpd: ThreadingHTTPServer | None = None
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        time.sleep(self.delay)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), self.handler)
+        self.httpd.serve_forever()
+
+    def close(self):
+        if self.httpd:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+
+
+def _answer(body: bytes):
+    def do_get(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    return do_get
+
+
+def _settings_on(port: int, timeout: int = 20):
+    """One vLLM on `port`, its PaddleX and the gateway on other free ports."""
+    settings = load_settings(
+        {
+            "cards": "1",
+            "vllmPerCard": "1",
+            "paddlexPerVllm": "1",
+            "vllmBasePort": str(port),
+            "paddlexBasePort": str(_free_port()),
+            "gatewayPort": str(_free_port()),
+            "vllmReadyTimeout": str(timeout),
+            "paddlexReadyTimeout": str(timeout),
+            "readyPollInterval": "1",
+        }
+    )
+    return settings, build_plan(settings)
+
+
+def test_vllm_readiness_waits_until_the_model_is_listed(shell_env):
+    env, _, _ = shell_env
+    port = _free_port()
+    settings, plan = _settings_on(port)
+    models = json.dumps({"object": "list", "data": [{"id": "PaddleOCR-VL-1.5-0.9B"}]}).encode()
+    server = _Server(port, models, delay=2.0)
+    try:
+        started = time.monotonic()
+        result = subprocess.run(
+            ["/bin/sh", "-c", render.vllm_ready_command(settings, plan.vllm[0])],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert time.monotonic() - started >= 1.5
+        assert f"ready at http://127.0.0.1:{port}/v1/models" in result.stdout
+    finally:
+        server.close()
+
+
+def test_vllm_readiness_rejects_a_server_without_the_served_model(shell_env):
+    env, _, _ = shell_env
+    port = _free_port()
+    settings, plan = _settings_on(port, timeout=2)
+    server = _Server(port, b'{"object":"list","data":[{"id":"other-model"}]}')
+    try:
+        result = subprocess.run(
+            ["/bin/sh", "-c", render.vllm_ready_command(settings, plan.vllm[0])],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.close()
+    assert result.returncode == 1
+    assert "vLLM #1 of card 0 on host local" in result.stderr
+    assert "not ready at" in result.stderr and "after 2 s" in result.stderr
+    assert f"docker logs vllm-ascend-paddleocr-{port}-npu-0" in result.stderr
+
+
+def test_readiness_fails_fast_when_the_container_stopped(shell_env):
+    env, _, _ = shell_env
+    settings, plan = _settings_on(_free_port(), timeout=300)
+    started = time.monotonic()
+    result = subprocess.run(
+        ["/bin/sh", "-c", render.paddlex_ready_command(settings, plan.paddlex[0])],
+        env={**env, "FAKE_DOCKER_RUNNING": "false"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1 and time.monotonic() - started < 30
+    assert "is not running" in result.stderr
+    assert "tail -n 100 /data/logs/paddle-" in result.stderr
+
+
+def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
+    shell_env, tmp_path, monkeypatch
+):
+    env, bin_dir, log = shell_env
+    monkeypatch.setattr(plan_module, "LOG_DIR_IN_CONTAINER", str(tmp_path / "logs"))
+    argv_file = tmp_path / "paddlex.argv"
+    _executable(
+        bin_dir / "paddlex",
+        f'#!/bin/bash\necho "$FROM_BASHRC" "$@" > {argv_file}\necho serving\nexec sleep 60\n',
+    )
+    settings, plan = _settings_on(_free_port())
+    paddlex = plan.paddlex[0]
+    subprocess.run(
+        ["/bin/sh", "-c", render.paddlex_start_command(settings, paddlex)], env=env, check=True
+    )
+    pid_file = Path(render.pid_file(paddlex))
+    deadline = time.monotonic() + 10
+    while not (argv_file.exists() and pid_file.exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert argv_file.read_text().split() == ["yes", *render.paddlex_argv(settings, paddlex)[1:]]
+    pid = int(pid_file.read_text())
+    os.kill(pid, 0)  # the service runs, as the pid the start command recorded
+    assert "serving" in Path(paddlex.log_path).read_text()
+    first = json.loads(log.read_text().splitlines()[0])
+    assert first["argv"][:4] == ["exec", "-d", paddlex.container_name, "bash"]
+
+    subprocess.run(["/bin/sh", "-c", render.paddlex_stop_command(paddlex)], env=env, check=True)
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid) and not pid_file.exists()
+    # Stopping again, or with no container at all, is harmless.
+    env_without_docker = {**env, "PATH": "/nonexistent"}
+    subprocess.run(
+        ["/bin/sh", "-c", render.paddlex_stop_command(paddlex)], env=env_without_docker, check=True
+    )
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").exists() and " Z " not in Path(f"/proc/{pid}/stat").read_text()
+
+
+def test_gateway_config_install_swaps_the_file_atomically(shell_env, tmp_path, monkeypatch):
+    env, _, _ = shell_env
+    target = tmp_path / "etc" / "gateway.json"
+    target.parent.mkdir()
+    monkeypatch.setattr(plan_module, "CONFIG_DIR_IN_CONTAINER", str(target.parent))
+    settings, plan = _settings_on(_free_port())
+    config = render.gateway_config_json(settings, [render.gateway_upstream(plan.paddlex[0])])
+    subprocess.run(
+        ["/bin/sh", "-c", render.gateway_config_install_command(plan.gateway)],
+        input=config,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert json.loads(target.read_text())["upstreams"][0]["url"] == plan.paddlex[0].url
+    assert not target.with_name("gateway.json.tmp").exists()
+
+
+def test_rendered_scripts_are_valid_shell(seed):
+    settings, plan = seed
+    scripts = [render.vllm_ready_command(settings, v) for v in plan.vllm]
+    scripts += [render.paddlex_ready_command(settings, p) for p in plan.paddlex]
+    scripts += [render.paddlex_start_command(settings, p) for p in plan.paddlex]
+    scripts += [render.paddlex_stop_command(p) for p in plan.paddlex]
+    scripts += [render.gateway_ready_command(settings, plan.gateway)]
+    for script in scripts:
+        subprocess.run(["/bin/sh", "-n", "-c", script], check=True)
+        subprocess.run(["bash", "-n", "-c", script], check=True)

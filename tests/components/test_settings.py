@@ -1,0 +1,124 @@
+"""Settings: defaults, the forms Pulumi hands values over in, and every config error by key."""
+
+import pytest
+
+from components.settings import ConfigError, load_settings
+
+
+def test_defaults_describe_eight_ascend_cards_with_the_seeds_values():
+    settings = load_settings({})
+    (host,) = settings.hosts
+    assert host.name == "local" and host.accelerator == "ascend"
+    assert host.card_ids == tuple(range(8))
+    assert settings.vllm_per_card == 2 and settings.paddlex_per_vllm == 3
+    assert settings.memory_fraction == 0.45
+    assert settings.served_model_name == "PaddleOCR-VL-1.5-0.9B"
+    assert settings.container_model_path == "/data/PaddleOCR-VL-1.5-0.9B"
+    assert settings.gateway_port == 9101
+    assert settings.vllm_ready_timeout >= 600
+
+
+def test_cards_as_pulumi_hands_it_over_a_plain_string():
+    assert load_settings({"cards": "3"}).hosts[0].card_ids == (0, 1, 2)
+
+
+@pytest.mark.parametrize("raw", ["[2, 5, 7]", "2,5,7", "2 5 7"])
+def test_explicit_card_ids(raw):
+    assert load_settings({"cardIds": raw}).hosts[0].card_ids == (2, 5, 7)
+
+
+def test_memory_fraction_defaults_to_point_nine_over_instances_per_card():
+    assert load_settings({"vllmPerCard": "3"}).memory_fraction == 0.3
+
+
+def test_structured_values_arrive_as_json_text():
+    settings = load_settings(
+        {
+            "vllmExtraArgs": '["--max-model-len", "16384"]',
+            "gateway": '{"load_balance": {"mode": "queue"}}',
+        }
+    )
+    assert settings.vllm_extra_args == ("--max-model-len", "16384")
+    assert settings.gateway == {"load_balance": {"mode": "queue"}}
+
+
+def test_extra_args_as_a_plain_string_are_split_like_a_shell():
+    settings = load_settings({"vllmExtraArgs": "--max-num-seqs 128 --enforce-eager"})
+    assert settings.vllm_extra_args == ("--max-num-seqs", "128", "--enforce-eager")
+
+
+def test_settings_are_frozen():
+    settings = load_settings({})
+    with pytest.raises(ValueError):
+        settings.vllm_per_card = 4  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"cards": "0"}, "config key 'cards': must be a positive integer, got '0'"),
+        ({"cards": "-2"}, "config key 'cards': must be a positive integer"),
+        ({"cards": "2.5"}, "config key 'cards': must be a positive integer, got '2.5'"),
+        ({"cards": "eight"}, "config key 'cards': must be a positive integer"),
+        ({"vllmPerCard": "0"}, "config key 'vllmPerCard': Input should be greater than 0"),
+        ({"paddlexPerVllm": "1.5"}, "config key 'paddlexPerVllm'"),
+        ({"cardIds": "1,1,2"}, "config key 'cardIds': card ids repeated: [1]"),
+        ({"cardIds": "[-1]"}, "config key 'cardIds': card id -1 is negative"),
+        ({"gpuMemoryUtilization": "0.6"}, "config key 'gpuMemoryUtilization': 0.6 x 2"),
+        ({"gpuMemoryUtilization": "1.5"}, "config key 'gpuMemoryUtilization'"),
+        ({"gatewayPort": "70000"}, "config key 'gatewayPort': Input should be less than"),
+        ({"vllmBasePort": "0"}, "config key 'vllmBasePort'"),
+        ({"accelerator": "tpu"}, "config key 'accelerator': Input should be 'ascend'"),
+        ({"card": "8"}, "config key 'card': unknown setting; did you mean 'cards'?"),
+        ({"gateway": "{not json"}, "config key 'gateway': not valid JSON"),
+        ({"portFirstCard": "9"}, "config key 'portFirstCard': card 9 is not one of the cards"),
+        ({"gatewayHost": "nowhere"}, "config key 'gatewayHost': no host named 'nowhere'"),
+        ({"cards": "2", "cardIds": "1"}, None),
+    ],
+)
+def test_config_errors_name_the_key_and_the_problem(raw, message):
+    if message is None:  # cardIds wins over cards: no error
+        assert load_settings(raw).hosts[0].card_ids == (1,)
+        return
+    with pytest.raises(ConfigError) as error:
+        load_settings(raw)
+    assert message in str(error.value)
+
+
+def test_hosts_list_with_defaults_from_the_top_level_keys():
+    settings = load_settings(
+        {
+            "accelerator": "sim",
+            "hosts": '[{"name": "a", "endpoint": "unix:///var/run/docker.sock", "cards": 2},'
+            ' {"name": "b", "endpoint": "ssh://ops@gpu-b.example", "cardIds": [3],'
+            ' "accelerator": "nvidia", "vllmBasePort": 9525}]',
+        }
+    )
+    a, b = settings.hosts
+    assert (a.accelerator, a.card_ids, a.address) == ("sim", (0, 1), "127.0.0.1")
+    assert (b.accelerator, b.card_ids, b.address) == ("nvidia", (3,), "gpu-b.example")
+    assert b.vllm_base_port == 9525 and b.paddlex_base_port == 9120
+
+
+@pytest.mark.parametrize(
+    ("hosts", "message"),
+    [
+        ('[{"name": "a", "cards": 1}]', "config key 'hosts[0].endpoint': missing"),
+        (
+            '[{"name": "a", "endpoint": "unix:///x.sock", "cards": 1},'
+            ' {"name": "a", "endpoint": "unix:///y.sock", "cards": 1}]',
+            "config key 'hosts': host names repeated: ['a']",
+        ),
+        (
+            '[{"name": "a", "endpoint": "unix:///x.sock", "cards": 1, "accelerator": "fpga"}]',
+            "config key 'hosts[0].accelerator'",
+        ),
+        ('[{"name": "a", "endpoint": "ftp://a", "cards": 1}]', "unsupported Docker endpoint"),
+        ("[]", "config key 'hosts': must be a non-empty list"),
+        ('[{"endpoint": "unix:///x.sock"}]', "config key 'hosts[0].name': missing"),
+    ],
+)
+def test_host_config_errors(hosts, message):
+    with pytest.raises(ConfigError) as error:
+        load_settings({"hosts": hosts})
+    assert message in str(error.value)

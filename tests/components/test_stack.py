@@ -1,0 +1,286 @@
+"""The stack program under Pulumi mocks: what it registers, how it is wired, what it exports."""
+
+import json
+
+import pulumi
+import pytest
+import yaml
+
+from components import render
+from components.paddlex import IDLE
+from components.plan import build_plan
+from components.settings import ConfigError, load_settings
+from tests.pulumi_harness import COMMAND, CONTAINER, IMAGE, PROVIDER, Recording, record_stack
+
+
+@pytest.fixture(scope="module")
+def seed_stack() -> Recording:
+    return record_stack({"portFirstCard": "2"})
+
+
+def _containers(recording: Recording, role: str):
+    return [
+        r
+        for r in recording.of_type(CONTAINER)
+        if {"label": "paddleocr-fleet.role", "value": role} in r.inputs["labels"]
+    ]
+
+
+@pytest.mark.parametrize(("cards", "vllm", "paddlex"), [(1, 2, 6), (2, 4, 12), (8, 16, 48)])
+def test_resource_counts(cards, vllm, paddlex):
+    recording = record_stack({"cards": str(cards)})
+    assert len(_containers(recording, "vllm")) == vllm
+    assert len(_containers(recording, "paddlex")) == paddlex
+    assert len(_containers(recording, "gateway")) == 1
+    # vLLM: readiness; PaddleX: start + readiness; gateway: config install + readiness.
+    assert len(recording.of_type(COMMAND)) == vllm + 2 * paddlex + 2
+    assert len(recording.of_type(IMAGE)) == 1
+    assert len(recording.of_type(PROVIDER)) == 1
+    components = {t: 0 for t in ("NpuCard", "VllmServer", "PaddlexServer", "Gateway")}
+    for r in recording.resources:
+        kind = r.type.rsplit(":", 1)[-1]
+        if r.type.startswith("paddleocr-fleet:fleet:"):
+            components[kind] += 1
+    assert components == {
+        "NpuCard": cards,
+        "VllmServer": vllm,
+        "PaddlexServer": paddlex,
+        "Gateway": 1,
+    }
+
+
+def test_container_names_are_the_plans(seed_stack):
+    plan = build_plan(load_settings({"portFirstCard": "2"}))
+    names = {r.inputs["name"] for r in seed_stack.of_type(CONTAINER)}
+    expected = {v.container_name for v in plan.vllm} | {p.container_name for p in plan.paddlex}
+    assert names == expected | {"paddleocr-fleet-gateway"}
+    assert "vllm-ascend-paddleocr-9031-npu-0" in names and "paddle-9176-npu-0" in names
+
+
+def test_vllm_container_inputs_match_the_seed_compose(seed_stack):
+    (vllm,) = [
+        r
+        for r in seed_stack.of_type(CONTAINER)
+        if r.inputs["name"] == "vllm-ascend-paddleocr-9041-npu-0"
+    ]
+    inputs = vllm.inputs
+    assert inputs["image"] == "quay.io/ascend/vllm-ascend:v0.19.1rc1"
+    assert inputs["networkMode"] == "host"
+    assert inputs["privileged"] is True
+    assert inputs["restart"] == "unless-stopped"
+    assert inputs["shmSize"] == 100 * 1024
+    assert [d["hostPath"] for d in inputs["devices"]] == [
+        "/dev/davinci0",
+        "/dev/davinci_manager",
+        "/dev/devmm_svm",
+        "/dev/hisi_hdc",
+    ]
+    assert "ASCEND_RT_VISIBLE_DEVICES=0" in inputs["envs"]
+    assert "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True" in inputs["envs"]
+    volumes = {(v["hostPath"], v["containerPath"]) for v in inputs["volumes"]}
+    assert ("/opt/its/model/PaddleOCR", "/data") in volumes
+    assert ("/usr/local/bin/npu-smi", "/usr/local/bin/npu-smi") in volumes
+    assert inputs["entrypoints"] + inputs["command"] == render.vllm_argv(
+        load_settings({"portFirstCard": "2"}),
+        build_plan(load_settings({"portFirstCard": "2"})).card("local", 0).vllm[1],
+    )
+    assert vllm.delete_before_replace
+
+
+def test_paddlex_container_idles_with_its_pipeline_config_uploaded(seed_stack):
+    (paddlex,) = [
+        r for r in seed_stack.of_type(CONTAINER) if r.inputs["name"] == "paddle-9156-npu-0"
+    ]
+    inputs = paddlex.inputs
+    assert inputs["image"] == "paddleocrvl:20260529"
+    assert inputs["shmSize"] == 128 * 1024
+    assert inputs["entrypoints"] == IDLE
+    assert inputs["privileged"] is True and inputs["networkMode"] == "host"
+    (upload,) = inputs["uploads"]
+    assert upload["file"] == "/etc/paddleocr-fleet/pipeline_config_vllm-9156.yaml"
+    config = yaml.safe_load(upload["content"])
+    assert config["SubModules"]["VLRecognition"]["genai_config"]["server_url"] == (
+        "http://127.0.0.1:9041/v1"
+    )
+    assert ("/usr/local/Ascend/driver", "/usr/local/Ascend/driver") in {
+        (v["hostPath"], v["containerPath"]) for v in inputs["volumes"]
+    }
+    assert paddlex.delete_before_replace
+
+
+def test_children_are_parented_card_server_container(seed_stack):
+    (container,) = [
+        r for r in seed_stack.of_type(CONTAINER) if r.inputs["name"] == "paddle-9126-npu-0"
+    ]
+    server = seed_stack.by_urn(container.parent)
+    assert server.type == "paddleocr-fleet:fleet:PaddlexServer"
+    card = seed_stack.by_urn(server.parent)
+    assert card.type == "paddleocr-fleet:fleet:NpuCard" and card.name == "local-card-0"
+    for command in seed_stack.of_type(COMMAND):
+        assert seed_stack.by_urn(command.parent).type.startswith("paddleocr-fleet:fleet:")
+
+
+def test_every_start_command_waits_for_its_own_vllm_and_container(seed_stack):
+    plan = build_plan(load_settings({"portFirstCard": "2"}))
+    for paddlex in plan.paddlex:
+        start = seed_stack.named(f"local-card-{paddlex.card}-paddlex-{paddlex.port}-start")
+        vllm_ready = seed_stack.named(f"local-card-{paddlex.card}-vllm-{paddlex.vllm.port}-ready")
+        container = seed_stack.named(f"local-card-{paddlex.card}-paddlex-{paddlex.port}")
+        assert vllm_ready.urn in start.dependencies
+        assert container.urn in start.dependencies
+        assert start.inputs["create"] == render.paddlex_start_command(
+            load_settings({"portFirstCard": "2"}), paddlex
+        )
+        assert start.inputs["delete"] == render.paddlex_stop_command(paddlex)
+        assert start.inputs["triggers"] == [f"{container.name}-id"]
+        assert start.delete_before_replace
+        ready = seed_stack.named(f"local-card-{paddlex.card}-paddlex-{paddlex.port}-ready")
+        assert start.urn in ready.dependencies
+        assert ready.inputs["triggers"] == [f"{container.name}-id"]
+
+
+def test_vllm_readiness_follows_its_container_and_reruns_on_replacement(seed_stack):
+    ready = seed_stack.named("local-card-0-vllm-9031-ready")
+    container = seed_stack.named("local-card-0-vllm-9031")
+    assert container.urn in ready.dependencies
+    assert ready.inputs["triggers"] == ["local-card-0-vllm-9031-id"]
+    assert "http://127.0.0.1:9031/v1/models" in ready.inputs["create"]
+
+
+def test_gateway_config_derives_from_the_ready_paddlex_servers(seed_stack):
+    gateway = seed_stack.named("local-gateway")
+    assert gateway.ignore_changes == ["uploads"] and gateway.delete_before_replace
+    (upload,) = gateway.inputs["uploads"]
+    config = json.loads(upload["content"])
+    plan = build_plan(load_settings({"portFirstCard": "2"}))
+    assert [u["url"] for u in config["upstreams"]] == plan.upstreams()
+    assert config["upstreams"][0]["vllm"] == "http://127.0.0.1:9031"
+    install = seed_stack.named("local-gateway-config")
+    assert install.inputs["stdin"] == upload["content"]
+    assert install.inputs["triggers"][1] == render.content_hash(upload["content"])
+    assert gateway.inputs["command"][-1] == "9101"
+    # The data dependency orders the gateway after every PaddleX readiness wait.
+    ready_urns = {r.urn for r in seed_stack.of_type(COMMAND) if r.name.endswith("-ready")}
+    assert len(ready_urns & set(gateway.dependencies)) == 48
+
+
+def test_outputs_equal_the_plan(seed_stack):
+    settings = load_settings({"portFirstCard": "2"})
+    plan = build_plan(settings)
+    outputs = seed_stack.outputs
+    assert outputs["upstreams"] == plan.upstreams()
+    assert outputs["vllm_endpoints"] == plan.vllm_endpoints()
+    assert outputs["gateway_url"] == "http://127.0.0.1:9101"
+    assert outputs["topology"] == render.topology(settings, plan)
+    card0 = outputs["topology"]["hosts"][0]["cards"][0]
+    assert card0["vllm"][0]["container"] == "vllm-ascend-paddleocr-9031-npu-0"
+    assert [p["port"] for p in card0["vllm"][1]["paddlex"]] == [9156, 9166, 9176]
+
+
+def test_preview_registers_the_same_resources_with_unknown_urls():
+    applied = record_stack({"cards": "2"})
+    preview = record_stack({"cards": "2"}, preview=True)
+    assert sorted(r.urn for r in preview.resources) == sorted(r.urn for r in applied.resources)
+    assert preview.outputs["gateway_url"] is None or isinstance(
+        preview.outputs["gateway_url"], type(pulumi.output.UNKNOWN)
+    )
+    assert preview.outputs["topology"] == applied.outputs["topology"]
+
+
+def test_growing_six_to_eight_cards_changes_no_existing_vllm_or_paddlex_resource():
+    before = {r.urn: r for r in record_stack({"cards": "6"}).resources}
+    after = {r.urn: r for r in record_stack({"cards": "8"}).resources}
+    assert set(before) <= set(after)
+    changed = sorted(r.name for urn, r in before.items() if r.inputs != after[urn].inputs)
+    # Only the gateway's config push changes; the gateway container ignores its upload.
+    assert changed == ["local-gateway", "local-gateway-config"]
+    # Per card: the card, 2 vLLM and 6 PaddleX components, their 8 containers, 2 + 12 commands.
+    assert len(after) - len(before) == 2 * (1 + 2 + 6 + 8 + 2 + 12)
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [({"cards": "0"}, "cards"), ({"gatewayPort": "9120"}, "gatewayPort/paddlexBasePort")],
+)
+def test_an_invalid_config_registers_nothing(config, key):
+    recording = Recording()
+    with pytest.raises(ConfigError, match=f"config key '{key}'"):
+        record_stack(config, recording=recording)
+    assert recording.resources == []
+
+
+def test_a_configured_gateway_image_skips_the_build():
+    recording = record_stack({"cards": "1", "gatewayImage": "registry.example/gw:1"})
+    assert recording.of_type(IMAGE) == []
+    assert _containers(recording, "gateway")[0].inputs["image"] == "registry.example/gw:1"
+
+
+TWO_HOSTS = {
+    "hosts": json.dumps(
+        [
+            {"name": "npu-a", "endpoint": "ssh://ops@npu-a.example", "cards": 1},
+            {
+                "name": "gpu-b",
+                "endpoint": "tcp://gpu-b.example:2376",
+                "cardIds": [0, 1],
+                "accelerator": "nvidia",
+            },
+        ]
+    ),
+    "gatewayHost": "npu-a",
+}
+
+
+def test_two_hosts_of_different_kinds_each_on_its_own_provider():
+    recording = record_stack(TWO_HOSTS)
+    providers = {r.name: r for r in recording.of_type(PROVIDER)}
+    assert {n: p.inputs.get("host") for n, p in providers.items()} == {
+        "docker-npu-a": "ssh://ops@npu-a.example",
+        "docker-gpu-b": "tcp://gpu-b.example:2376",
+    }
+    for container in recording.of_type(CONTAINER):
+        host = next(
+            lab["value"]
+            for lab in container.inputs["labels"]
+            if lab["label"] == "paddleocr-fleet.host"
+        )
+        assert container.provider.startswith(providers[f"docker-{host}"].urn)
+        if container.inputs["name"] == "paddleocr-fleet-gateway":
+            continue
+        if host == "gpu-b":
+            assert not container.inputs.get("devices")
+            assert not container.inputs["privileged"]
+        else:
+            assert container.inputs["devices"][0]["hostPath"].startswith("/dev/davinci")
+    gpu_vllm = recording.named("gpu-b-card-1-vllm-9026")
+    assert gpu_vllm.inputs["deviceRequests"] == [
+        {"driver": "nvidia", "deviceIds": ["1"], "capabilities": ["gpu"]}
+    ]
+    assert gpu_vllm.inputs["image"].startswith("vllm/vllm-openai:")
+    for command in recording.of_type(COMMAND):
+        host = "npu-a" if command.name.startswith("npu-a") else "gpu-b"
+        expected = TWO_HOSTS_ENDPOINTS[host]
+        assert command.inputs["environment"] == {"DOCKER_HOST": expected}
+    start = recording.named("gpu-b-card-0-paddlex-9120-start")
+    assert "--device gpu" in start.inputs["create"]
+    outputs = recording.outputs
+    assert len(outputs["upstreams"]) == 18
+    assert "http://gpu-b.example:9120" in outputs["upstreams"]
+    assert "http://npu-a.example:9120" in outputs["upstreams"]
+    assert [h["name"] for h in outputs["topology"]["hosts"]] == ["npu-a", "gpu-b"]
+    assert outputs["gateway_url"] == "http://npu-a.example:9101"
+
+
+TWO_HOSTS_ENDPOINTS = {"npu-a": "ssh://ops@npu-a.example", "gpu-b": "tcp://gpu-b.example:2376"}
+
+
+def test_adding_or_removing_a_host_leaves_the_other_host_untouched():
+    both = {r.urn: r for r in record_stack(TWO_HOSTS).resources}
+    hosts = json.loads(TWO_HOSTS["hosts"])
+    only_a = {
+        r.urn: r
+        for r in record_stack({"hosts": json.dumps(hosts[:1]), "gatewayHost": "npu-a"}).resources
+    }
+    assert set(only_a) <= set(both)
+    changed = sorted(r.name for urn, r in only_a.items() if r.inputs != both[urn].inputs)
+    assert changed == ["npu-a-gateway", "npu-a-gateway-config"]
