@@ -16,6 +16,7 @@ from typing import Any
 
 import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc
 from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime import stack as pulumi_stack
 from pulumi.runtime.sync_await import _sync_await
@@ -95,7 +96,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                     urn=response.urn,
                     type=request.type,
                     name=request.name,
-                    inputs=self.resources[response.urn].state if request.custom else {},
+                    inputs=rpc.deserialize_properties(request.object) if request.custom else {},
                     parent=request.parent,
                     dependencies=list(request.dependencies),
                     provider=request.provider,

@@ -1,0 +1,224 @@
+"""The fleet on a real Docker engine, in sim mode, applied from the stack program's own record.
+
+`cards = 2`: 4 vLLM simulators, 12 PaddleX simulators (the genuine PaddleX serving app with a
+stand-in pipeline that calls its vLLM) and the gateway. The tests run in file order against one
+fleet; the last one tears it down.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from PIL import Image
+
+from components.plan import build_plan
+from components.settings import load_settings
+from tests.e2e.engine import StandInEngine, temp_model_dir
+from tests.pulumi_harness import record_stack
+
+pytestmark = pytest.mark.docker
+
+VLLM_BASE, PADDLEX_BASE, GATEWAY_PORT = 19025, 19120, 19101
+
+
+def fleet_config(model_dir: str) -> dict[str, str]:
+    return {
+        "accelerator": "sim",
+        "cards": "2",
+        "modelDir": model_dir,
+        "vllmBasePort": str(VLLM_BASE),
+        "paddlexBasePort": str(PADDLEX_BASE),
+        "gatewayPort": str(GATEWAY_PORT),
+        "gatewayImage": "paddleocr-fleet/gateway:latest",
+        "vllmReadyTimeout": "180",
+        "paddlexReadyTimeout": "180",
+        "readyPollInterval": "1",
+    }
+
+
+class Fleet:
+    def __init__(self, config: dict[str, str]):
+        self.settings = load_settings(config)
+        self.plan = build_plan(self.settings)
+        self.recording = record_stack(config)
+        self.engine = StandInEngine(self.recording)
+        self.gateway = self.plan.gateway.url
+        self.apply_seconds = 0.0
+
+    def up(self) -> None:
+        self.engine.destroy()  # leftovers of an interrupted run
+        started = time.monotonic()
+        self.applied = self.engine.apply()
+        self.apply_seconds = time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def fleet(docker_engine):
+    fleet = Fleet(fleet_config(temp_model_dir()))
+    try:
+        fleet.up()
+        yield fleet
+    finally:
+        fleet.engine.destroy()
+
+
+def png_bytes(text: str = "hello") -> bytes:
+    image = Image.new("RGB", (160, 60), "white")
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def pdf_bytes(pages: int) -> bytes:
+    images = [Image.new("RGB", (120, 160), (255, 255, 255 - i)) for i in range(pages)]
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="PDF", save_all=True, append_images=images[1:])
+    return buffer.getvalue()
+
+
+def vllm_port_named_in(text: str) -> int:
+    ports = {int(p) for p in re.findall(r"sim-vllm:(\d+)", text)}
+    assert len(ports) == 1, f"expected one answering vLLM in {text[:300]!r}"
+    return ports.pop()
+
+
+def binding(fleet: Fleet) -> dict[str, int]:
+    return {p.url: p.vllm.port for p in fleet.plan.paddlex}
+
+
+def test_startup_ran_in_order_through_the_programs_own_readiness_commands(fleet, capsys):
+    steps = {s.name: s for s in fleet.applied.steps}
+    for paddlex in fleet.plan.paddlex:
+        prefix = f"local-card-{paddlex.card}"
+        vllm_ready = steps[f"{prefix}-vllm-{paddlex.vllm.port}-ready"]
+        start = steps[f"{prefix}-paddlex-{paddlex.port}-start"]
+        ready = steps[f"{prefix}-paddlex-{paddlex.port}-ready"]
+        assert vllm_ready.ok and start.ok and ready.ok
+        assert start.started >= vllm_ready.ended, f"{paddlex.container_name} started too early"
+        assert ready.started >= start.ended
+        assert "ready at" in vllm_ready.output
+    gateway_steps = [s for s in fleet.applied.steps if s.name.startswith("local-gateway")]
+    last_paddlex_ready = max(
+        s.ended for s in fleet.applied.steps if "-paddlex-" in s.name and s.name.endswith("ready")
+    )
+    assert min(s.started for s in gateway_steps) >= last_paddlex_ready
+    with capsys.disabled():
+        print(f"\n[e2e] fleet of 2 sim cards up in {fleet.apply_seconds:.1f} s")
+
+
+def test_each_pipeline_config_names_its_bound_vllm_inside_the_container(fleet):
+    for paddlex in fleet.plan.paddlex:
+        config = subprocess.run(
+            ["docker", "exec", paddlex.container_name, "cat", paddlex.pipeline_config_path],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert f"server_url: {paddlex.vllm.url}/v1" in config
+        assert "max_num_input_imgs: null" in config
+
+
+def test_ocr_a_png_through_the_gateway(fleet):
+    response = httpx.post(
+        f"{fleet.gateway}/ocr-file",
+        files={"file": ("doc.png", png_bytes(), "image/png")},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["upstream"] in binding(fleet)
+    assert vllm_port_named_in(body["text"]) == binding(fleet)[body["upstream"]]
+
+
+def test_ocr_a_multipage_pdf_is_one_document_with_every_page(fleet):
+    document = pdf_bytes(12)  # over PaddleX's default 10-page limit
+    response = httpx.post(
+        f"{fleet.gateway}/ocr",
+        json={"base64": base64.b64encode(document).decode()},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["pages"] == 12
+    assert vllm_port_named_in(body["text"]) == binding(fleet)[body["upstream"]]
+
+
+def _ocr(client: httpx.Client, gateway: str) -> httpx.Response:
+    return client.post(
+        f"{gateway}/ocr",
+        json={"base64": base64.b64encode(png_bytes()).decode()},
+        timeout=120,
+    )
+
+
+def test_every_paddlex_serves_and_answers_from_the_vllm_its_config_names(fleet):
+    seen: dict[str, set[int]] = {}
+    with httpx.Client() as client, ThreadPoolExecutor(max_workers=24) as pool:
+        for _ in range(8):
+            for response in pool.map(lambda _: _ocr(client, fleet.gateway), range(48)):
+                assert response.status_code == 200, response.text
+                body = response.json()
+                seen.setdefault(body["upstream"], set()).add(vllm_port_named_in(body["text"]))
+            if len(seen) == len(fleet.plan.paddlex):
+                break
+    assert set(seen) == set(binding(fleet)), "some PaddleX instance never served"
+    assert all(len(ports) == 1 for ports in seen.values()), seen
+    assert {url: next(iter(ports)) for url, ports in seen.items()} == binding(fleet)
+
+
+def test_killing_a_paddlex_container_mid_traffic_costs_the_clients_nothing(fleet):
+    victim = fleet.plan.paddlex[3]
+    statuses: list[int] = []
+    done = threading.Event()
+
+    def traffic() -> None:
+        with httpx.Client() as client, ThreadPoolExecutor(max_workers=6) as pool:
+            statuses.extend(
+                r.status_code for r in pool.map(lambda _: _ocr(client, fleet.gateway), range(90))
+            )
+        done.set()
+
+    thread = threading.Thread(target=traffic)
+    thread.start()
+    while len(statuses) == 0 and not done.is_set():
+        time.sleep(0.05)
+    time.sleep(0.3)
+    subprocess.run(["docker", "kill", victim.container_name], capture_output=True, check=True)
+    thread.join(timeout=300)
+    assert len(statuses) == 90
+    assert statuses == [200] * 90
+    state = httpx.get(f"{fleet.gateway}/upstreams", timeout=10).json()
+    (entry,) = [u for u in state["upstreams"] if u["url"] == victim.url]
+    assert entry["state"] in ("unhealthy", "ejected")
+
+
+def test_teardown_leaves_no_container_behind(fleet):
+    errors = fleet.engine.destroy()
+    assert errors == []
+    names = (
+        {p.container_name for p in fleet.plan.paddlex}
+        | {v.container_name for v in fleet.plan.vllm}
+        | {fleet.plan.gateway.container_name}
+    )
+    left = subprocess.run(
+        ["docker", "ps", "-a", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert names.isdisjoint(left)
+    labelled = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=paddleocr-fleet.role"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert labelled == []
