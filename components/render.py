@@ -272,6 +272,7 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> None:
 def topology(settings: FleetSettings, plan: FleetPlan) -> dict[str, Any]:
     """The `topology` stack output (shape in docs/architecture.md)."""
     return {
+        "served_model_name": settings.served_model_name,
         "hosts": [
             {
                 "name": host.name,

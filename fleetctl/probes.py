@@ -1,0 +1,185 @@
+"""HTTP probes of single fleet instances: health, vLLM model list, PaddleX and gateway OCR.
+
+Every probe returns a `Probe` (ok flag, short detail, elapsed seconds) and never raises for
+network trouble, so a table can show one line per instance.
+
+Usage::
+
+    async with httpx.AsyncClient() as http:
+        p = await health(http, inst)
+        print(p.ok, p.detail)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from fleetctl.topology import Instance
+
+
+@dataclass(frozen=True)
+class Probe:
+    ok: bool
+    detail: str
+    elapsed_s: float = 0.0
+    data: Any = None
+
+
+def tiny_png(width: int = 96, height: int = 32) -> bytes:
+    """A small valid PNG (white, with a black bar), built without Pillow."""
+    rows = []
+    for y in range(height):
+        dark = height // 3 <= y < 2 * height // 3
+        row = bytearray()
+        for x in range(width):
+            v = 0 if dark and width // 8 <= x < 7 * width // 8 else 255
+            row += bytes((v, v, v))
+        rows.append(b"\x00" + bytes(row))
+
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        return (struct.pack(">I", len(body)) + tag + body
+                + struct.pack(">I", zlib.crc32(tag + body) & 0xFFFFFFFF))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
+            + chunk(b"IDAT", zlib.compress(b"".join(rows), 9)) + chunk(b"IEND", b""))
+
+
+TINY_PNG_B64 = base64.b64encode(tiny_png()).decode("ascii")
+
+
+def _err(e: Exception) -> str:
+    if isinstance(e, httpx.ConnectError):
+        return "down (connection refused)" if "refused" in str(e).lower() else f"down ({e})"
+    if isinstance(e, httpx.TimeoutException):
+        return "timeout"
+    return f"error ({type(e).__name__}: {e})"
+
+
+def _body_message(r: httpx.Response) -> str:
+    try:
+        j = r.json()
+    except ValueError:
+        return r.text.strip()[:120]
+    if isinstance(j, dict):
+        if isinstance(j.get("error"), dict):
+            return str(j["error"].get("message", ""))[:120]
+        if "errorMsg" in j:
+            return str(j["errorMsg"])[:120]
+    return str(j)[:120]
+
+
+async def health(http: httpx.AsyncClient, inst: Instance, timeout: float = 5.0) -> Probe:
+    """``GET /health``: PaddleX answers ``errorCode 0``; vLLM and the gateway answer 200."""
+    t0 = time.monotonic()
+    try:
+        r = await http.get(f"{inst.url}/health", timeout=timeout)
+    except httpx.HTTPError as e:
+        return Probe(False, _err(e), time.monotonic() - t0)
+    dt = time.monotonic() - t0
+    if r.status_code != 200:
+        return Probe(False, f"HTTP {r.status_code} {_body_message(r)}".strip(), dt)
+    if inst.kind == "paddlex":
+        try:
+            code = r.json().get("errorCode")
+        except (ValueError, AttributeError):
+            code = None
+        if code not in (0, None):
+            return Probe(False, f"errorCode {code}", dt)
+    return Probe(True, "ok", dt)
+
+
+async def vllm_models(http: httpx.AsyncClient, inst: Instance, timeout: float = 10.0) -> Probe:
+    """``GET /v1/models`` must list the served model name."""
+    t0 = time.monotonic()
+    try:
+        r = await http.get(f"{inst.url}/v1/models", timeout=timeout)
+    except httpx.HTTPError as e:
+        return Probe(False, _err(e), time.monotonic() - t0)
+    dt = time.monotonic() - t0
+    if r.status_code != 200:
+        return Probe(False, f"/v1/models HTTP {r.status_code}", dt)
+    try:
+        ids = [m.get("id") for m in r.json().get("data", [])]
+    except (ValueError, AttributeError):
+        return Probe(False, "/v1/models: not the OpenAI list shape", dt)
+    if inst.served_model not in ids:
+        has = ", ".join(map(str, ids))
+        return Probe(False, f"model {inst.served_model} not served (has: {has})", dt, ids)
+    return Probe(True, f"serves {inst.served_model}", dt, ids)
+
+
+async def paddlex_parse(http: httpx.AsyncClient, inst: Instance, timeout: float = 300.0) -> Probe:
+    """``POST /layout-parsing`` of the built-in PNG through this one PaddleX instance."""
+    body = {"file": TINY_PNG_B64, "fileType": 1, "visualize": False}
+    t0 = time.monotonic()
+    try:
+        r = await http.post(f"{inst.url}/layout-parsing", json=body, timeout=timeout)
+    except httpx.HTTPError as e:
+        return Probe(False, _err(e), time.monotonic() - t0)
+    dt = time.monotonic() - t0
+    if r.status_code != 200:
+        return Probe(False, f"/layout-parsing HTTP {r.status_code}: {_body_message(r)}", dt)
+    try:
+        j = r.json()
+        pages = j["result"]["layoutParsingResults"]
+        text = "".join((p.get("markdown") or {}).get("text", "") for p in pages)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return Probe(False, "/layout-parsing: unexpected body", dt)
+    if j.get("errorCode", 0) != 0 or not pages:
+        return Probe(False, f"/layout-parsing errorCode {j.get('errorCode')}, {len(pages)} pages",
+                     dt)
+    return Probe(True, f"{len(pages)} page, {len(text)} chars", dt, text)
+
+
+async def gateway_ocr(http: httpx.AsyncClient, url: str, timeout: float = 300.0) -> Probe:
+    """``POST {gateway}/ocr`` with the built-in PNG as base64."""
+    t0 = time.monotonic()
+    try:
+        r = await http.post(f"{url}/ocr", json={"base64": TINY_PNG_B64}, timeout=timeout)
+    except httpx.HTTPError as e:
+        return Probe(False, _err(e), time.monotonic() - t0)
+    dt = time.monotonic() - t0
+    if r.status_code != 200:
+        return Probe(False, f"/ocr HTTP {r.status_code}: {_body_message(r)}", dt)
+    try:
+        j = r.json()
+        text = j["text"]
+    except (ValueError, KeyError, TypeError):
+        return Probe(False, "/ocr: unexpected body", dt)
+    return Probe(True, f"via {j.get('upstream', '?')}, {j.get('attempts', '?')} attempt(s), "
+                       f"{len(text)} chars", dt, j)
+
+
+async def gateway_upstreams(http: httpx.AsyncClient, url: str, timeout: float = 5.0
+                            ) -> tuple[dict[str, dict[str, Any]] | None, str]:
+    """The gateway's ``/upstreams`` keyed by upstream URL, or ``(None, reason)``."""
+    try:
+        r = await http.get(f"{url}/upstreams", timeout=timeout)
+        r.raise_for_status()
+        j = r.json()
+        return {str(u["url"]).rstrip("/"): u for u in j.get("upstreams", [])}, \
+            f"mode {j.get('mode', '?')}, queue {j.get('queue_depth', '?')}"
+    except httpx.HTTPError as e:
+        return None, f"gateway unreachable: {_err(e)}"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None, "gateway /upstreams: unexpected body"
+
+
+async def wait_healthy(http: httpx.AsyncClient, inst: Instance, timeout: float,
+                       interval: float = 2.0) -> Probe:
+    """Poll `health` until it passes or `timeout` seconds have gone by."""
+    deadline = time.monotonic() + timeout
+    while True:
+        p = await health(http, inst)
+        if p.ok or time.monotonic() + interval > deadline:
+            return p
+        await asyncio.sleep(interval)

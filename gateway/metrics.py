@@ -1,0 +1,179 @@
+"""Prometheus metrics, one registry per app instance (so several gateways can live in a process).
+
+Names follow Prometheus conventions and Envoy's upstream stats:
+
+- ``gateway_requests_total{route,code}``, ``gateway_request_duration_seconds{route}``
+- ``gateway_upstream_rq_total{upstream,outcome}``, ``gateway_upstream_rq_active{upstream}``,
+  ``gateway_upstream_rq_duration_seconds{upstream}`` (histogram)
+- ``gateway_upstream_healthy{upstream}`` (1 healthy, 0 unhealthy or ejected),
+  ``gateway_upstream_ejected{upstream}``, ``gateway_upstream_ejections_total{upstream}``
+- ``gateway_health_checks_total{upstream,result}``
+- ``gateway_queue_depth``, ``gateway_queue_wait_seconds``, ``gateway_queue_rejected_total{reason}``
+- ``gateway_retries_total``, ``gateway_retry_overflow_total``, ``gateway_lb_panic``
+- ``gateway_config_reloads_total{result}``
+
+Gauges that mirror pool state are refreshed at scrape time by :meth:`GatewayMetrics.render`.
+
+Usage::
+
+    metrics = GatewayMetrics()
+    metrics.upstream_rq_total.labels(upstream=url, outcome="success").inc()
+    body, content_type = metrics.render(pool)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+if TYPE_CHECKING:
+    from gateway.pool import UpstreamPool
+
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2,
+    3,
+    5,
+    7.5,
+    10,
+    15,
+    20,
+    30,
+    45,
+    60,
+    90,
+    120,
+    180,
+    300,
+    600,
+)
+
+
+class GatewayMetrics:
+    """All gateway metrics in a private :class:`CollectorRegistry`."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests_total = Counter(
+            "gateway_requests_total",
+            "Requests answered by the gateway",
+            ["route", "code"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            "gateway_request_duration_seconds",
+            "Gateway request latency",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.upstream_rq_total = Counter(
+            "gateway_upstream_rq_total",
+            "Upstream attempts by outcome",
+            ["upstream", "outcome"],
+            registry=r,
+        )
+        self.upstream_rq_active = Gauge(
+            "gateway_upstream_rq_active",
+            "Attempts in flight per upstream",
+            ["upstream"],
+            registry=r,
+        )
+        self.upstream_rq_duration = Histogram(
+            "gateway_upstream_rq_duration_seconds",
+            "Upstream attempt latency",
+            ["upstream"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.upstream_healthy = Gauge(
+            "gateway_upstream_healthy",
+            "1 if the upstream is healthy and not ejected",
+            ["upstream"],
+            registry=r,
+        )
+        self.upstream_ejected = Gauge(
+            "gateway_upstream_ejected",
+            "1 if the upstream is currently ejected",
+            ["upstream"],
+            registry=r,
+        )
+        self.upstream_ejections = Counter(
+            "gateway_upstream_ejections_total",
+            "Passive ejections per upstream",
+            ["upstream"],
+            registry=r,
+        )
+        self.health_checks = Counter(
+            "gateway_health_checks_total",
+            "Active health probes",
+            ["upstream", "result"],
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "gateway_queue_depth", "Requests waiting in the central queue", registry=r
+        )
+        self.queue_wait = Histogram(
+            "gateway_queue_wait_seconds",
+            "Time spent in the central queue",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_rejected = Counter(
+            "gateway_queue_rejected_total",
+            "Requests refused by the central queue",
+            ["reason"],
+            registry=r,
+        )
+        self.retries = Counter("gateway_retries_total", "Failover attempts started", registry=r)
+        self.retry_overflow = Counter(
+            "gateway_retry_overflow_total", "Retries refused by the retry budget", registry=r
+        )
+        self.panic = Gauge(
+            "gateway_lb_panic",
+            "1 while too few upstreams are healthy and health is ignored",
+            registry=r,
+        )
+        self.upstreams_total = Gauge(
+            "gateway_upstreams", "Configured upstreams by state", ["state"], registry=r
+        )
+        self.config_reloads = Counter(
+            "gateway_config_reloads_total", "Config reloads by result", ["result"], registry=r
+        )
+
+    def refresh(self, pool: UpstreamPool) -> None:
+        """Copy pool state into the gauges (labels of removed upstreams disappear)."""
+        snapshot = pool.gauge_snapshot()
+        for gauge in (self.upstream_rq_active, self.upstream_healthy, self.upstream_ejected):
+            gauge.clear()
+        counts = {"healthy": 0, "unhealthy": 0, "ejected": 0}
+        for url, in_flight, state in snapshot["upstreams"]:
+            self.upstream_rq_active.labels(upstream=url).set(in_flight)
+            self.upstream_healthy.labels(upstream=url).set(1 if state == "healthy" else 0)
+            self.upstream_ejected.labels(upstream=url).set(1 if state == "ejected" else 0)
+            counts[state] = counts.get(state, 0) + 1
+        for state, count in counts.items():
+            self.upstreams_total.labels(state=state).set(count)
+        self.queue_depth.set(snapshot["queue_depth"])
+        self.panic.set(1 if snapshot["panic"] else 0)
+
+    def render(self, pool: UpstreamPool) -> tuple[bytes, str]:
+        """Prometheus text exposition of this registry, after a refresh."""
+        self.refresh(pool)
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,492 @@
+"""Upstream pool: per-upstream state, leases, the central queue, ejection, panic, retry budget.
+
+Pure asyncio state, no HTTP: the proxy asks for a :class:`Lease` on an upstream, does its I/O,
+and releases the lease with an outcome. All methods run on the event loop thread; the
+synchronous ones are atomic with respect to other coroutines.
+
+Outcomes: ``success``, ``client_error`` (upstream 4xx), ``server_error`` (5xx), ``timeout``,
+``connect_error``, ``reset`` (connection dropped, e.g. the uvicorn keep-alive reset after a
+500), ``protocol_error`` (unusable 200 body), ``truncated`` (PDF pages missing), ``cancelled``.
+``server_error``, ``timeout``, ``connect_error`` and ``protocol_error`` count towards passive
+ejection; ``reset``, ``truncated`` and ``cancelled`` are neutral; ``success`` and
+``client_error`` (the instance answered sensibly) reset the failure streak.
+
+Usage::
+
+    pool = UpstreamPool(settings, metrics)
+    lease = await pool.acquire(exclude={"http://a"}, timeout=30.0)
+    try:
+        ...  # talk to lease.upstream.url
+    finally:
+        pool.release(lease, "success", latency_s=1.2)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.metrics import GatewayMetrics
+from gateway.policies import Policy, make_policy
+from gateway.settings import Settings, UpstreamSpec
+
+OUTCOMES: tuple[str, ...] = (
+    "success",
+    "client_error",
+    "server_error",
+    "timeout",
+    "connect_error",
+    "reset",
+    "protocol_error",
+    "truncated",
+    "cancelled",
+)
+FAILURE_OUTCOMES = frozenset({"server_error", "timeout", "connect_error", "protocol_error"})
+GOOD_OUTCOMES = frozenset({"success", "client_error"})
+
+
+class PoolError(Exception):
+    """No upstream could be leased."""
+
+    retry_after: int | None = None
+
+
+class NoUpstreamAvailable(PoolError):
+    """Nothing left to try (none configured, or all already tried by this request)."""
+
+
+class QueueFull(PoolError):
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class QueueTimeout(PoolError):
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass(eq=False)
+class Upstream:
+    """Mutable state of one upstream; kept across reloads while its URL stays configured."""
+
+    spec: UpstreamSpec
+    in_flight: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    consecutive_failures: int = 0
+    ejections: int = 0
+    ejection_level: int = 0
+    ejected_until: float = 0.0
+    probe_healthy: bool = True
+    probe_checked: bool = False
+    probe_successes: int = 0
+    probe_failures: int = 0
+    last_error: str | None = None
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=512))
+    ewma_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return self.spec.url
+
+    def is_ejected(self, now: float) -> bool:
+        return self.ejected_until > now
+
+    def state(self, now: float) -> str:
+        if self.is_ejected(now):
+            return "ejected"
+        return "healthy" if self.probe_healthy else "unhealthy"
+
+    def latency_ms(self) -> dict[str, float | None]:
+        values = sorted(self.latencies)
+        if not values:
+            return {"p50": None, "p99": None, "count": 0}
+
+        def pct(p: float) -> float:
+            return round(values[min(len(values) - 1, math.ceil(p * len(values)) - 1)] * 1000, 1)
+
+        return {"p50": pct(0.50), "p99": pct(0.99), "count": len(values)}
+
+
+@dataclass(eq=False)
+class Lease:
+    """The right to send one attempt to ``upstream``; release it exactly once."""
+
+    upstream: Upstream
+    started: float
+    queued_s: float = 0.0
+    released: bool = False
+
+
+@dataclass(eq=False)
+class _Waiter:
+    future: asyncio.Future[Lease]
+    exclude: frozenset[str]
+    enqueued: float
+
+
+class UpstreamPool:
+    """All upstreams of one gateway, the balancing policy and the central queue."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: GatewayMetrics | None = None,
+        *,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self.metrics = metrics
+        self.upstreams: list[Upstream] = []
+        self._by_url: dict[str, Upstream] = {}
+        self._waiters: deque[_Waiter] = deque()
+        self.active_requests = 0
+        self.retries_in_flight = 0
+        self.settings = settings
+        self.policy: Policy = make_policy(settings.load_balance.mode, self._rng)
+        self.reconfigure(settings)
+
+    # ----------------------------------------------------------------- configuration
+    def reconfigure(self, settings: Settings) -> None:
+        """Swap in new settings; state is kept for URLs present before and after."""
+        old_mode = self.settings.load_balance.mode
+        self.settings = settings
+        if settings.load_balance.mode != old_mode:
+            self.policy = make_policy(settings.load_balance.mode, self._rng)
+        upstreams = []
+        for spec in settings.upstreams:
+            current = self._by_url.get(spec.url)
+            if current is None:
+                current = Upstream(spec=spec)
+            else:
+                current.spec = spec
+            upstreams.append(current)
+        if not settings.health.enabled:
+            for u in upstreams:
+                u.probe_healthy, u.probe_failures = True, 0
+        self.upstreams = upstreams
+        self._by_url = {u.url: u for u in upstreams}
+        self._dispatch()
+
+    def get(self, url: str) -> Upstream | None:
+        return self._by_url.get(url)
+
+    @property
+    def mode(self) -> str:
+        return self.settings.load_balance.mode
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiters)
+
+    # ----------------------------------------------------------------- eligibility
+    def eligible(self, now: float | None = None) -> tuple[list[Upstream], bool]:
+        """Upstreams that may receive traffic, and whether the panic threshold is hit.
+
+        In panic (fewer than ``panic_threshold_percent`` healthy, or none) health is ignored.
+        """
+        now = self._clock() if now is None else now
+        healthy = [u for u in self.upstreams if u.state(now) == "healthy"]
+        total = len(self.upstreams)
+        threshold = self.settings.outlier.panic_threshold_percent
+        if total and (not healthy or len(healthy) * 100 < threshold * total):
+            return list(self.upstreams), True
+        return healthy, False
+
+    def _load_key(self) -> Callable[[Upstream], tuple[float, ...]]:
+        if not self.settings.load_balance.topology_aware:
+            return lambda u: (u.in_flight,)
+        vllm: Counter[Any] = Counter()
+        card: Counter[Any] = Counter()
+        host: Counter[Any] = Counter()
+        for u in self.upstreams:
+            if u.in_flight:
+                vllm[u.spec.vllm] += u.in_flight
+                card[(u.spec.host, u.spec.card)] += u.in_flight
+                host[u.spec.host] += u.in_flight
+
+        def key(u: Upstream) -> tuple[float, ...]:
+            s = u.spec
+            return (
+                u.in_flight,
+                vllm[s.vllm] if s.vllm is not None else 0,
+                card[(s.host, s.card)] if s.card is not None else 0,
+                host[s.host] if s.host is not None else 0,
+            )
+
+        return key
+
+    def _limit(self) -> float:
+        lb = self.settings.load_balance
+        return lb.upstream_concurrency if self.policy.uses_queue else math.inf
+
+    # ----------------------------------------------------------------- leases
+    def _lease(self, upstream: Upstream, queued_s: float = 0.0) -> Lease:
+        upstream.in_flight += 1
+        return Lease(upstream=upstream, started=self._clock(), queued_s=queued_s)
+
+    def _choose(self, candidates: list[Upstream]) -> Upstream:
+        return self.policy.choose(candidates, self.upstreams, self._load_key())
+
+    async def acquire(
+        self,
+        exclude: Collection[str] = (),
+        timeout: float = 60.0,
+        *,
+        retry: bool = False,
+        bypass_limit: bool = False,
+    ) -> Lease:
+        """Lease an upstream not in ``exclude``.
+
+        Non-queue policies choose at once. In ``queue`` mode a request waits in the central
+        FIFO for a free upstream (retries go to the front); ``QueueFull`` when the queue is at
+        ``queue_max_depth``, ``QueueTimeout`` after ``timeout`` seconds. ``bypass_limit`` skips
+        the concurrency limit (cheap calls such as ``/restructure-pages``).
+        """
+        self._dispatch()
+        eligible, _ = self.eligible()
+        excluded = frozenset(exclude)
+        candidates = [u for u in eligible if u.url not in excluded]
+        if not candidates:
+            if not self.upstreams:
+                raise NoUpstreamAvailable("no upstreams configured")
+            raise NoUpstreamAvailable("every upstream has been tried")
+        limit = self._limit()
+        if bypass_limit or limit == math.inf:
+            return self._lease(self._choose(candidates))
+        free = [u for u in candidates if u.in_flight < limit]
+        if free:
+            return self._lease(self._choose(free))
+        lb = self.settings.load_balance
+        if not retry and len(self._waiters) >= lb.queue_max_depth:
+            self._reject("full")
+            raise QueueFull(
+                f"central queue is full ({len(self._waiters)} waiting, "
+                f"load_balance.queue_max_depth={lb.queue_max_depth})",
+                self.retry_after(),
+            )
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(loop.create_future(), excluded, self._clock())
+        if retry:
+            self._waiters.appendleft(waiter)
+        else:
+            self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                return await waiter.future
+        except TimeoutError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                return waiter.future.result()  # assigned just as the timer fired
+            self._reject("timeout")
+            raise QueueTimeout(
+                f"no upstream became free within {timeout:.1f}s "
+                f"({len(self._waiters)} waiting in the central queue)",
+                self.retry_after(),
+            ) from None
+        except BaseException:
+            if waiter.future.done() and not waiter.future.cancelled():
+                self.release(waiter.future.result(), "cancelled", 0.0)
+            raise
+        finally:
+            if not waiter.future.done():
+                waiter.future.cancel()
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+            if self.metrics is not None and waiter.future.done() and not waiter.future.cancelled():
+                self.metrics.queue_wait.observe(self._clock() - waiter.enqueued)
+
+    def _reject(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.queue_rejected.labels(reason=reason).inc()
+
+    def _dispatch(self) -> None:
+        """Hand free upstreams to waiters in FIFO order."""
+        if not self._waiters:
+            return
+        limit = self._limit()
+        eligible, _ = self.eligible()
+        free = [u for u in eligible if u.in_flight < limit]
+        remaining: deque[_Waiter] = deque()
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if waiter.future.done():
+                continue
+            options = [u for u in free if u.url not in waiter.exclude]
+            if not options:
+                remaining.append(waiter)
+                continue
+            chosen = self._choose(options)
+            waiter.future.set_result(self._lease(chosen, self._clock() - waiter.enqueued))
+            if chosen.in_flight >= limit:
+                free.remove(chosen)
+        self._waiters = remaining
+
+    def kick(self) -> None:
+        """Re-run dispatch (ejections expire by time, so the maintenance loop calls this)."""
+        self._dispatch()
+
+    def release(
+        self, lease: Lease, outcome: str, latency_s: float, error: str | None = None
+    ) -> None:
+        """Return a lease with the attempt's outcome; updates counters and passive health."""
+        if lease.released:
+            return
+        lease.released = True
+        u = lease.upstream
+        u.in_flight = max(0, u.in_flight - 1)
+        u.outcomes[outcome] += 1
+        now = self._clock()
+        if outcome in GOOD_OUTCOMES:
+            u.consecutive_failures = 0
+            if not u.is_ejected(now):
+                u.ejection_level = 0
+            if outcome == "success":
+                u.latencies.append(latency_s)
+                u.ewma_s = latency_s if u.ewma_s is None else 0.8 * u.ewma_s + 0.2 * latency_s
+        elif outcome in FAILURE_OUTCOMES:
+            u.last_error = error or outcome
+            u.consecutive_failures += 1
+            self._maybe_eject(u, now)
+        elif error:
+            u.last_error = error
+        if self.metrics is not None:
+            self.metrics.upstream_rq_total.labels(upstream=u.url, outcome=outcome).inc()
+            if outcome != "cancelled":
+                self.metrics.upstream_rq_duration.labels(upstream=u.url).observe(latency_s)
+        self._dispatch()
+
+    # ----------------------------------------------------------------- passive health
+    def max_ejected(self) -> int:
+        """How many upstreams may be ejected at once (never all of them)."""
+        n = len(self.upstreams)
+        share = math.floor(n * self.settings.outlier.max_ejection_percent / 100)
+        if self.settings.outlier.max_ejection_percent > 0:
+            share = max(1, share)
+        return max(0, min(n - 1, share))
+
+    def _maybe_eject(self, u: Upstream, now: float) -> None:
+        cfg = self.settings.outlier
+        if u.consecutive_failures < cfg.consecutive_failures or u.is_ejected(now):
+            return
+        if u.url not in self._by_url:
+            return
+        ejected = sum(1 for other in self.upstreams if other.is_ejected(now))
+        if ejected >= self.max_ejected():
+            return
+        u.ejection_level += 1
+        u.ejections += 1
+        u.consecutive_failures = 0
+        u.ejected_until = now + min(cfg.base_ejection_s * u.ejection_level, cfg.max_ejection_s)
+        if self.metrics is not None:
+            self.metrics.upstream_ejections.labels(upstream=u.url).inc()
+
+    # ----------------------------------------------------------------- active health
+    def record_probe(self, u: Upstream, ok: bool, error: str | None = None) -> None:
+        """Apply one active probe result with the healthy/unhealthy thresholds.
+
+        The first probe of an upstream decides its state at once.
+        """
+        cfg = self.settings.health
+        first = not u.probe_checked
+        u.probe_checked = True
+        if ok:
+            u.probe_failures = 0
+            u.probe_successes += 1
+            if not u.probe_healthy and (first or u.probe_successes >= cfg.healthy_threshold):
+                u.probe_healthy = True
+        else:
+            u.probe_successes = 0
+            u.probe_failures += 1
+            u.last_error = f"health probe: {error or 'failed'}"
+            if u.probe_healthy and (first or u.probe_failures >= cfg.unhealthy_threshold):
+                u.probe_healthy = False
+        if self.metrics is not None:
+            self.metrics.health_checks.labels(
+                upstream=u.url, result="success" if ok else "failure"
+            ).inc()
+        self._dispatch()
+
+    # ----------------------------------------------------------------- retry budget
+    def begin_request(self) -> None:
+        self.active_requests += 1
+
+    def end_request(self) -> None:
+        self.active_requests = max(0, self.active_requests - 1)
+
+    def retry_allowance(self) -> int:
+        cfg = self.settings.retry_budget
+        return max(cfg.min_retry_concurrency, int(cfg.budget_percent / 100 * self.active_requests))
+
+    def try_begin_retry(self) -> bool:
+        """Take a retry slot if the budget allows; pair with :meth:`end_retry`."""
+        if self.retries_in_flight >= self.retry_allowance():
+            if self.metrics is not None:
+                self.metrics.retry_overflow.inc()
+            return False
+        self.retries_in_flight += 1
+        if self.metrics is not None:
+            self.metrics.retries.inc()
+        return True
+
+    def end_retry(self) -> None:
+        self.retries_in_flight = max(0, self.retries_in_flight - 1)
+
+    # ----------------------------------------------------------------- reporting
+    def retry_after(self) -> int:
+        """Seconds a refused caller should wait: queued work over capacity, 1..60."""
+        samples = [u.ewma_s for u in self.upstreams if u.ewma_s is not None]
+        service = sum(samples) / len(samples) if samples else 1.0
+        capacity = max(1, len(self.upstreams) * self.settings.load_balance.upstream_concurrency)
+        return int(min(60, max(1, math.ceil((len(self._waiters) + 1) / capacity * service))))
+
+    def gauge_snapshot(self) -> dict[str, Any]:
+        now = self._clock()
+        _, panic = self.eligible(now)
+        return {
+            "upstreams": [(u.url, u.in_flight, u.state(now)) for u in self.upstreams],
+            "queue_depth": len(self._waiters),
+            "panic": panic,
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        """The ``/upstreams`` document."""
+        now = self._clock()
+        _, panic = self.eligible(now)
+        items = []
+        for u in self.upstreams:
+            s = u.spec
+            items.append(
+                {
+                    "url": u.url,
+                    "host": s.host,
+                    "card": s.card,
+                    "vllm": s.vllm,
+                    "container": s.container,
+                    "state": u.state(now),
+                    "in_flight": u.in_flight,
+                    "requests": {name: u.outcomes.get(name, 0) for name in OUTCOMES},
+                    "ejections": u.ejections,
+                    "ejected_for_s": round(u.ejected_until - now, 1) if u.is_ejected(now) else None,
+                    "consecutive_failures": u.consecutive_failures,
+                    "last_error": u.last_error,
+                    "latency_ms": u.latency_ms(),
+                }
+            )
+        return {
+            "mode": self.mode,
+            "queue_depth": len(self._waiters),
+            "panic": panic,
+            "active_requests": self.active_requests,
+            "retries_in_flight": self.retries_in_flight,
+            "upstreams": items,
+        }

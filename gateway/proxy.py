@@ -1,0 +1,447 @@
+"""Talking to PaddleX: the attempt loop with failover, the two-step OCR call and pass-through.
+
+The loop leases an upstream from the pool, runs one attempt under the per-attempt timeout and
+the request deadline, and on a connect error, timeout, reset or 5xx moves on to the next
+*distinct* upstream (never the same one twice), within ``load_balance.max_attempts`` and the
+retry budget. An upstream 4xx is not retried. When everything fails the caller gets 502 with
+each tried upstream and its reason.
+
+Usage::
+
+    proxy = Proxy(pool, client_getter=lambda: client)
+    result = await proxy.ocr(settings, document, request_id="abc")  # OcrResult
+    status, ctype, body, upstream, attempts = await proxy.passthrough(
+        settings, "/layout-parsing", raw_body, content_type, "abc")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+
+from gateway.documents import Document
+from gateway.pool import NoUpstreamAvailable, QueueFull, QueueTimeout, Upstream, UpstreamPool
+from gateway.settings import Settings
+
+T = TypeVar("T")
+
+TRUNCATION_HINT = (
+    "set 'Serving: {extra: {max_num_input_imgs: null}}' in that instance's pipeline config"
+)
+
+
+class GatewayError(Exception):
+    """An error answered by the gateway itself, as ``{"error": {...}, "request_id"}``."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details or {}
+        self.headers = headers or {}
+
+
+class UpstreamFailure(Exception):
+    """One attempt failed in a way another upstream might not (unless ``retryable`` is False)."""
+
+    def __init__(
+        self, outcome: str, reason: str, status: int | None = None, retryable: bool = True
+    ) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+        self.reason = reason
+        self.status = status
+        self.retryable = retryable
+
+
+class UpstreamClientError(Exception):
+    """The upstream answered 4xx: the document or request is bad; not retried."""
+
+    def __init__(self, status: int, message: str, body: bytes, content_type: str | None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.body = body
+        self.content_type = content_type
+
+
+@dataclass
+class Attempt:
+    """One tried upstream and what happened there."""
+
+    upstream: str
+    outcome: str
+    reason: str | None = None
+    status: int | None = None
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class OcrResult:
+    text: str
+    pages: int
+    log_id: str | None
+    upstream: str = ""
+    attempts: list[Attempt] = field(default_factory=list)
+
+
+def error_message(body: bytes) -> str:
+    """The PaddleX ``errorMsg`` of an envelope, else the (shortened) raw body."""
+    try:
+        data = json.loads(body)
+        if isinstance(data, dict) and "errorMsg" in data:
+            return str(data["errorMsg"])
+    except ValueError:
+        pass
+    text = body.decode("utf-8", "replace").strip()
+    return text[:300] or "(empty body)"
+
+
+def classify_transport_error(exc: httpx.HTTPError) -> tuple[str, str]:
+    """Map an httpx exception to (outcome, human reason)."""
+    name = type(exc).__name__
+    detail = str(exc) or name
+    if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError):
+        return "connect_error", f"connect error: {detail}"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout", f"timeout ({name})"
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        return "reset", f"connection reset: {detail}"
+    return "reset", f"transport error: {name}: {detail}"
+
+
+class Proxy:
+    """Failover loop plus the PaddleX calls, over one shared httpx client."""
+
+    def __init__(self, pool: UpstreamPool, client_getter: Callable[[], httpx.AsyncClient]) -> None:
+        self.pool = pool
+        self._client_getter = client_getter
+
+    # ------------------------------------------------------------------ the loop
+    async def run(
+        self,
+        settings: Settings,
+        work: Callable[[httpx.AsyncClient, Upstream, float], Awaitable[T]],
+        *,
+        bypass_limit: bool = False,
+    ) -> tuple[T, Upstream, list[Attempt]]:
+        """Run ``work(client, upstream, attempt_timeout)`` with failover; see module doc."""
+        loop = asyncio.get_running_loop()
+        client = self._client_getter()
+        pool = self.pool
+        deadline = loop.time() + settings.http.request_deadline_s
+        attempts: list[Attempt] = []
+        tried: set[str] = set()
+        stop_reason: str | None = None
+        pool.begin_request()
+        try:
+            for number in range(1, settings.load_balance.max_attempts + 1):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise self._failed(
+                        504,
+                        "deadline_exceeded",
+                        f"request deadline of {settings.http.request_deadline_s}s exceeded",
+                        attempts,
+                    )
+                is_retry = number > 1
+                if is_retry and not pool.try_begin_retry():
+                    stop_reason = (
+                        f"retry budget exhausted ({pool.retries_in_flight} retries in flight, "
+                        f"allowance {pool.retry_allowance()})"
+                    )
+                    break
+                try:
+                    try:
+                        lease = await pool.acquire(
+                            tried,
+                            min(settings.load_balance.queue_timeout_s, remaining),
+                            retry=is_retry,
+                            bypass_limit=bypass_limit,
+                        )
+                    except NoUpstreamAvailable as exc:
+                        if not attempts:
+                            raise GatewayError(503, "no_upstream", str(exc)) from None
+                        stop_reason = str(exc)
+                        break
+                    except (QueueFull, QueueTimeout) as exc:
+                        code = "queue_full" if isinstance(exc, QueueFull) else "queue_timeout"
+                        raise self._failed(
+                            503,
+                            code,
+                            str(exc),
+                            attempts,
+                            headers={"Retry-After": str(exc.retry_after)},
+                        ) from None
+                    result = await self._attempt(settings, client, lease, work, deadline, attempts)
+                    if result is not _FAILED:
+                        return result, lease.upstream, attempts
+                finally:
+                    if is_retry:
+                        pool.end_retry()
+                tried.add(lease.upstream.url)
+            else:
+                stop_reason = (
+                    f"load_balance.max_attempts={settings.load_balance.max_attempts} reached"
+                )
+            if loop.time() >= deadline:
+                raise self._failed(
+                    504,
+                    "deadline_exceeded",
+                    f"request deadline of {settings.http.request_deadline_s}s exceeded",
+                    attempts,
+                )
+            raise self._failed(502, "all_upstreams_failed", stop_reason or "", attempts)
+        finally:
+            pool.end_request()
+
+    async def _attempt(
+        self,
+        settings: Settings,
+        client: httpx.AsyncClient,
+        lease: Any,
+        work: Callable[[httpx.AsyncClient, Upstream, float], Awaitable[T]],
+        deadline: float,
+        attempts: list[Attempt],
+    ) -> Any:
+        loop = asyncio.get_running_loop()
+        upstream: Upstream = lease.upstream
+        started = loop.time()
+        timeout = max(0.001, min(settings.http.timeout_s, deadline - started))
+        outcome, reason, status = "cancelled", None, None
+        try:
+            async with asyncio.timeout(timeout):
+                result = await work(client, upstream, timeout)
+            outcome = "success"
+            return result
+        except UpstreamClientError as exc:
+            outcome, reason, status = "client_error", exc.message, exc.status
+            raise
+        except UpstreamFailure as exc:
+            outcome, reason, status = exc.outcome, exc.reason, exc.status
+            if not exc.retryable:
+                raise GatewayError(
+                    502,
+                    f"upstream_{outcome}",
+                    f"{upstream.url}: {reason}",
+                    details={"upstream": upstream.url, "attempts": attempts},
+                ) from None
+            return _FAILED
+        except TimeoutError:
+            outcome, reason = "timeout", f"timeout after {timeout:.1f}s"
+            return _FAILED
+        except httpx.HTTPError as exc:
+            outcome, reason = classify_transport_error(exc)
+            return _FAILED
+        finally:
+            elapsed = loop.time() - started
+            self.pool.release(lease, outcome, elapsed, reason)
+            attempts.append(
+                Attempt(
+                    upstream.url,
+                    outcome,
+                    reason,
+                    200 if outcome == "success" else status,
+                    round(elapsed, 3),
+                )
+            )
+
+    @staticmethod
+    def _failed(
+        status: int,
+        code: str,
+        why: str,
+        attempts: list[Attempt],
+        headers: dict[str, str] | None = None,
+    ) -> GatewayError:
+        listing = "; ".join(f"{a.upstream}: {a.reason or a.outcome}" for a in attempts)
+        if code == "all_upstreams_failed":
+            message = f"all {len(attempts)} upstream attempts failed: {listing}"
+            if why:
+                message += f" (stopped: {why})"
+        else:
+            message = why + (f"; attempts: {listing}" if listing else "")
+        return GatewayError(status, code, message, details={"attempts": attempts}, headers=headers)
+
+    # ------------------------------------------------------------------ PaddleX calls
+    @staticmethod
+    async def _post_json(
+        client: httpx.AsyncClient,
+        url: str,
+        body: dict[str, Any],
+        settings: Settings,
+        timeout: float,
+    ) -> dict[str, Any]:
+        response = await client.post(
+            url,
+            json=body,
+            timeout=httpx.Timeout(timeout, connect=min(settings.http.connect_timeout_s, timeout)),
+        )
+        content = response.content
+        if 400 <= response.status_code < 500:
+            raise UpstreamClientError(
+                response.status_code,
+                error_message(content),
+                content,
+                response.headers.get("content-type"),
+            )
+        if response.status_code >= 500:
+            raise UpstreamFailure(
+                "server_error",
+                f"HTTP {response.status_code}: {error_message(content)}",
+                response.status_code,
+            )
+        try:
+            data = response.json()
+        except ValueError:
+            raise UpstreamFailure(
+                "protocol_error",
+                f"HTTP {response.status_code} with a non-JSON body",
+                response.status_code,
+            ) from None
+        if response.status_code != 200 or not isinstance(data, dict) or data.get("errorCode", 0):
+            raise UpstreamFailure(
+                "protocol_error",
+                f"HTTP {response.status_code}: unexpected envelope: {error_message(content)}",
+                response.status_code,
+            )
+        if not isinstance(data.get("result"), dict):
+            raise UpstreamFailure("protocol_error", "envelope without a result object", 200)
+        return data
+
+    async def ocr(
+        self,
+        settings: Settings,
+        doc: Document,
+        request_id: str,
+        options: dict[str, Any] | None = None,
+    ) -> OcrResult:
+        """Both PaddleX steps for one document on the same upstream, with failover."""
+
+        async def work(client: httpx.AsyncClient, upstream: Upstream, timeout: float) -> OcrResult:
+            body = {
+                **(options or {}),
+                "file": doc.b64(),
+                "fileType": doc.file_type,
+                "visualize": False,
+                "logId": request_id,
+            }
+            parsed = await self._post_json(
+                client, upstream.url + "/layout-parsing", body, settings, timeout
+            )
+            result = parsed["result"]
+            pages = result.get("layoutParsingResults")
+            if not isinstance(pages, list) or not pages:
+                raise UpstreamFailure(
+                    "protocol_error", "no layoutParsingResults in the result", 200
+                )
+            data_info = result.get("dataInfo") if isinstance(result.get("dataInfo"), dict) else {}
+            num_pages = data_info.get("numPages")
+            if (
+                doc.kind == "pdf"
+                and doc.pages is not None
+                and (len(pages) != doc.pages or (num_pages is not None and num_pages != doc.pages))
+            ):
+                raise UpstreamFailure(
+                    "truncated",
+                    f"the upstream truncated the PDF: it processed {len(pages)} of {doc.pages} "
+                    f"pages (dataInfo.numPages={num_pages}); {TRUNCATION_HINT}",
+                    502,
+                    retryable=False,
+                )
+            try:
+                restructure_pages = [
+                    {
+                        "prunedResult": page["prunedResult"],
+                        "markdownImages": (page.get("markdown") or {}).get("images") or {},
+                    }
+                    for page in pages
+                ]
+            except (KeyError, TypeError, AttributeError):
+                raise UpstreamFailure("protocol_error", "page without prunedResult", 200) from None
+            body2 = {"pages": restructure_pages, "concatenatePages": True, "logId": request_id}
+            try:
+                merged = await self._post_json(
+                    client, upstream.url + "/restructure-pages", body2, settings, timeout
+                )
+            except UpstreamClientError as exc:  # our request, not the caller's document
+                raise UpstreamFailure(
+                    "protocol_error",
+                    f"/restructure-pages HTTP {exc.status}: {exc.message}",
+                    exc.status,
+                ) from None
+            try:
+                text = merged["result"]["layoutParsingResults"][0]["markdown"]["text"]
+            except (KeyError, IndexError, TypeError):
+                raise UpstreamFailure(
+                    "protocol_error", "/restructure-pages result without markdown text", 200
+                ) from None
+            return OcrResult(text=str(text), pages=len(pages), log_id=parsed.get("logId"))
+
+        result, upstream, attempts = await self.run(settings, work)
+        result.upstream = upstream.url
+        result.attempts = attempts
+        return result
+
+    async def passthrough(
+        self,
+        settings: Settings,
+        path: str,
+        body: bytes,
+        content_type: str | None,
+        request_id: str,
+    ) -> tuple[int, str | None, bytes, str, list[Attempt]]:
+        """Forward a PaddleX-native POST unchanged; returns (status, content type, body,
+        upstream, attempts). 4xx answers come back as they are; 5xx fail over."""
+
+        async def work(
+            client: httpx.AsyncClient, upstream: Upstream, timeout: float
+        ) -> tuple[int, str | None, bytes]:
+            response = await client.post(
+                upstream.url + path,
+                content=body,
+                headers={
+                    "content-type": content_type or "application/json",
+                    "x-request-id": request_id,
+                },
+                timeout=httpx.Timeout(
+                    timeout, connect=min(settings.http.connect_timeout_s, timeout)
+                ),
+            )
+            content = response.content
+            if response.status_code >= 500:
+                raise UpstreamFailure(
+                    "server_error",
+                    f"HTTP {response.status_code}: {error_message(content)}",
+                    response.status_code,
+                )
+            if 400 <= response.status_code < 500:
+                raise UpstreamClientError(
+                    response.status_code,
+                    error_message(content),
+                    content,
+                    response.headers.get("content-type"),
+                )
+            return response.status_code, response.headers.get("content-type"), content
+
+        (status, ctype, content), upstream, attempts = await self.run(
+            settings, work, bypass_limit=(path == "/restructure-pages")
+        )
+        return status, ctype, content, upstream.url, attempts
+
+
+_FAILED: Any = object()

@@ -1,0 +1,129 @@
+"""Everything one gateway instance owns: settings, pool, HTTP clients, probes, watcher.
+
+``Runtime.apply`` is the atomic swap used by hot reload: it runs synchronously on the event
+loop, so requests see either the old or the new settings, never a mix. Requests take a
+reference to ``runtime.settings`` and ``runtime.client`` when they start and finish on those;
+upstream state (in-flight counts, ejections, health) is kept for URLs present before and after.
+
+Usage::
+
+    runtime = Runtime(settings, config_path="/etc/paddleocr-fleet/gateway.json")
+    await runtime.start()
+    ...
+    await runtime.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+import httpx
+
+from gateway.health import HealthChecker
+from gateway.metrics import GatewayMetrics
+from gateway.pool import UpstreamPool
+from gateway.proxy import Proxy
+from gateway.reload import ConfigWatcher
+from gateway.settings import HttpSettings, Settings
+
+log = logging.getLogger("gateway.runtime")
+
+
+def make_client(http: HttpSettings) -> httpx.AsyncClient:
+    """The shared upstream client with the configured pool limits and timeouts."""
+    return httpx.AsyncClient(
+        limits=httpx.Limits(
+            max_connections=http.pool_max_connections,
+            max_keepalive_connections=http.pool_max_keepalive_connections,
+        ),
+        timeout=httpx.Timeout(http.timeout_s, connect=http.connect_timeout_s),
+        trust_env=False,
+    )
+
+
+class Runtime:
+    """State of one running gateway; see module doc."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        config_path: str | Path | None = None,
+        watch: bool | None = None,
+    ) -> None:
+        self.settings = settings
+        self.config_path = Path(config_path) if config_path else None
+        self.metrics = GatewayMetrics()
+        self.pool = UpstreamPool(settings, self.metrics)
+        self.client: httpx.AsyncClient | None = None
+        self.aux_client: httpx.AsyncClient | None = None  # health probes and url fetches
+        self.proxy = Proxy(self.pool, self._client)
+        self.health = HealthChecker(self.pool, self._aux_client)
+        self.watcher: ConfigWatcher | None = None
+        if self.config_path is not None and (watch if watch is not None else True):
+            self.watcher = ConfigWatcher(
+                self.config_path,
+                self.apply,
+                lambda: self.settings.reload.poll_interval_s,
+                on_result=lambda result: self.metrics.config_reloads.labels(result=result).inc(),
+            )
+        self._retired: set[asyncio.Task[None]] = set()
+
+    def _client(self) -> httpx.AsyncClient:
+        if self.client is None:
+            raise RuntimeError("gateway runtime is not started")
+        return self.client
+
+    def _aux_client(self) -> httpx.AsyncClient:
+        if self.aux_client is None:
+            raise RuntimeError("gateway runtime is not started")
+        return self.aux_client
+
+    async def start(self) -> None:
+        self.client = make_client(self.settings.http)
+        self.aux_client = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            trust_env=False,
+        )
+        self.health.start()
+        if self.watcher is not None:
+            self.watcher.start(poll=self.settings.reload.enabled)
+        log.info(
+            "gateway started: %d upstreams, mode %s",
+            len(self.settings.upstreams),
+            self.settings.load_balance.mode,
+        )
+
+    async def stop(self) -> None:
+        if self.watcher is not None:
+            await self.watcher.stop()
+        await self.health.stop()
+        for task in list(self._retired):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for client in (self.client, self.aux_client):
+            if client is not None:
+                await client.aclose()
+
+    def apply(self, new: Settings) -> None:
+        """Swap in ``new`` settings atomically (called by the watcher or directly)."""
+        old = self.settings
+        if self.client is not None and new.http.model_dump() != old.http.model_dump():
+            retired = self.client
+            self.client = make_client(new.http)
+            grace = old.http.request_deadline_s + 5
+            task = asyncio.get_running_loop().create_task(self._close_later(retired, grace))
+            self._retired.add(task)
+            task.add_done_callback(self._retired.discard)
+        self.settings = new
+        self.pool.reconfigure(new)
+
+    @staticmethod
+    async def _close_later(client: httpx.AsyncClient, delay: float) -> None:
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            await client.aclose()

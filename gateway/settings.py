@@ -1,0 +1,256 @@
+"""Gateway configuration: one pydantic model for ``config.json``.
+
+The seed's ``config.json`` loads unchanged (including ``//`` comments outside strings); every
+key added since has a default. Validation errors name the offending key, for example
+``load_balance.mode: unknown mode 'foo' (expected one of round_robin, random, ...)``.
+
+Usage::
+
+    from gateway.settings import load_settings, parse_settings
+    settings = load_settings("/etc/paddleocr-fleet/gateway.json")   # raises ConfigError
+    settings = parse_settings({"upstreams": ["http://127.0.0.1:9120"]})
+    settings.load_balance.mode          # "queue" unless the file names one
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+log = logging.getLogger("gateway.settings")
+
+POLICY_NAMES: tuple[str, ...] = ("round_robin", "random", "least_inflight", "p2c", "queue")
+DEFAULT_MODE = "queue"
+
+PolicyName = Literal["round_robin", "random", "least_inflight", "p2c", "queue"]
+
+
+class ConfigError(ValueError):
+    """The configuration is unreadable or invalid; the message names the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class UpstreamSpec(_Section):
+    """One PaddleX instance; the config may give a bare URL or an object with its topology."""
+
+    url: str
+    host: str | None = None
+    card: int | str | None = None
+    vllm: str | None = None
+    container: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"upstream url must start with http:// or https://, got {value!r}")
+        return value
+
+
+class LoadBalanceSettings(_Section):
+    """How requests are spread over upstreams (issue 4)."""
+
+    mode: str = DEFAULT_MODE
+    max_attempts: int = Field(12, ge=1)
+    upstream_concurrency: int = Field(1, ge=1)  # queue mode: in-flight limit per upstream
+    queue_max_depth: int = Field(512, ge=0)  # queue mode: waiting requests before 503
+    queue_timeout_s: float = Field(120.0, gt=0)  # queue mode: longest wait before 503
+    topology_aware: bool = True  # tie-break on the load of the upstream's vLLM, card, host
+
+    @field_validator("mode")
+    @classmethod
+    def _check_mode(cls, value: str) -> str:
+        if value not in POLICY_NAMES:
+            raise ValueError(f"unknown mode {value!r} (expected one of {', '.join(POLICY_NAMES)})")
+        return value
+
+
+class HttpSettings(_Section):
+    """The shared httpx client and the per-request time limits."""
+
+    timeout_s: float = Field(300.0, gt=0)  # per attempt (both PaddleX calls of one document)
+    connect_timeout_s: float = Field(5.0, gt=0)
+    request_deadline_s: float = Field(900.0, gt=0)  # whole request incl. queueing and failover
+    pool_max_connections: int = Field(200, ge=1)
+    pool_max_keepalive_connections: int = Field(100, ge=0)
+
+
+class HealthSettings(_Section):
+    """Active probes of each upstream's ``/health``."""
+
+    enabled: bool = True
+    path: str = "/health"
+    interval_s: float = Field(5.0, gt=0)
+    timeout_s: float = Field(2.0, gt=0)
+    unhealthy_threshold: int = Field(3, ge=1)
+    healthy_threshold: int = Field(2, ge=1)
+
+
+class OutlierSettings(_Section):
+    """Passive ejection after consecutive failures, and the panic threshold."""
+
+    consecutive_failures: int = Field(5, ge=1)
+    base_ejection_s: float = Field(30.0, ge=0)
+    max_ejection_s: float = Field(300.0, ge=0)
+    max_ejection_percent: float = Field(50.0, ge=0, le=100)
+    panic_threshold_percent: float = Field(50.0, ge=0, le=100)
+
+
+class RetryBudgetSettings(_Section):
+    """Envoy-like budget: retries in flight <= max(min_retry_concurrency, percent of active)."""
+
+    budget_percent: float = Field(20.0, ge=0, le=100)
+    min_retry_concurrency: int = Field(3, ge=0)
+
+
+class RemoveRepeatedHui(_Section):
+    enabled: bool = True
+    min_repeats: int = Field(2, ge=1)
+
+
+class PostprocessSettings(_Section):
+    strip_images: bool = True
+    remove_repeated_hui: RemoveRepeatedHui = RemoveRepeatedHui()
+    collapse_blank_lines: bool = True
+
+
+class InputSettings(_Section):
+    """Limits on what callers may send (sizes, URL fetches, local files)."""
+
+    max_request_bytes: int = Field(100 * 1024 * 1024, ge=1)
+    local_path_roots: list[str] = Field(default_factory=list)  # empty: local_path disabled
+    url_fetch_enabled: bool = True
+    url_timeout_s: float = Field(30.0, gt=0)
+    url_max_bytes: int = Field(50 * 1024 * 1024, ge=1)
+
+
+class ReloadSettings(_Section):
+    enabled: bool = True
+    poll_interval_s: float = Field(1.0, gt=0)
+
+
+class Settings(_Section):
+    """The whole gateway configuration (immutable; a reload builds a new one)."""
+
+    upstreams: list[UpstreamSpec] = Field(default_factory=list)
+    load_balance: LoadBalanceSettings = LoadBalanceSettings()
+    http: HttpSettings = HttpSettings()
+    health: HealthSettings = HealthSettings()
+    outlier: OutlierSettings = OutlierSettings()
+    retry_budget: RetryBudgetSettings = RetryBudgetSettings()
+    postprocess: PostprocessSettings = PostprocessSettings()
+    input: InputSettings = InputSettings()
+    reload: ReloadSettings = ReloadSettings()
+
+    @field_validator("upstreams", mode="before")
+    @classmethod
+    def _upstreams_from_strings(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"url": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @model_validator(mode="after")
+    def _unique_urls(self) -> Settings:
+        seen: set[str] = set()
+        for index, spec in enumerate(self.upstreams):
+            if spec.url in seen:
+                raise ValueError(f"upstreams[{index}]: duplicate url {spec.url!r}")
+            seen.add(spec.url)
+        return self
+
+    @property
+    def upstream_urls(self) -> list[str]:
+        return [spec.url for spec in self.upstreams]
+
+
+def strip_json_comments(text: str) -> str:
+    """Remove ``//`` line comments and ``/* */`` block comments that are outside strings."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    in_string = False
+    while i < n:
+        ch = text[i]
+        if in_string:
+            out.append(ch)
+            if ch == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if ch == '"':
+                in_string = False
+            i += 1
+        elif ch == '"':
+            in_string = True
+            out.append(ch)
+            i += 1
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ""
+        for item in err["loc"]:
+            loc += f"[{item}]" if isinstance(item, int) else (f".{item}" if loc else str(item))
+        # mode/url errors carry our own text after "Value error, "
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{loc or '<root>'}: {msg}")
+    return "; ".join(parts)
+
+
+def _warn_unknown_keys(model: BaseModel, prefix: str = "") -> list[str]:
+    unknown = [f"{prefix}{key}" for key in (model.model_extra or {})]
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel) and not isinstance(value, UpstreamSpec):
+            unknown += _warn_unknown_keys(value, f"{prefix}{name}.")
+    return unknown
+
+
+def parse_settings(data: Any) -> Settings:
+    """Validate a decoded config object; raise ConfigError naming the key on failure."""
+    if not isinstance(data, dict):
+        raise ConfigError("<root>: the config must be a JSON object")
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc)) from None
+    for key in _warn_unknown_keys(settings):
+        log.warning("config: unknown key %s ignored", key)
+    return settings
+
+
+def parse_settings_text(text: str, source: str = "<config>") -> Settings:
+    """Parse JSON text (``//`` comments allowed) into Settings."""
+    try:
+        data = json.loads(strip_json_comments(text))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{source}: invalid JSON: {exc}") from None
+    return parse_settings(data)
+
+
+def load_settings(path: str | Path) -> Settings:
+    """Read and validate the config file at ``path``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read config: {exc}") from None
+    return parse_settings_text(text, str(p))

@@ -1,0 +1,82 @@
+"""Fixtures: PaddleX doubles on loopback ports and gateways served by real uvicorn servers."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.app import create_app
+from gateway.settings import parse_settings
+from tests.doubles.paddlex_double import DoubleFleet
+from tests.doubles.servers import ServerThread
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def gateway_config(upstreams: list[Any], **sections: Any) -> dict[str, Any]:
+    """A test config: fast probes and reloads, small timeouts; ``sections`` deep-merged."""
+    base = {
+        "upstreams": upstreams,
+        "load_balance": {"mode": "round_robin", "max_attempts": 12},
+        "http": {"timeout_s": 10, "connect_timeout_s": 1, "request_deadline_s": 30},
+        "health": {"interval_s": 0.2, "timeout_s": 0.5},
+        "reload": {"poll_interval_s": 0.05},
+    }
+    return deep_merge(base, sections)
+
+
+class RunningGateway:
+    """A gateway app under uvicorn on a loopback port, plus a client for it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.runtime = app.state.runtime
+        self.server = ServerThread(app).start()
+        self.url = self.server.url
+        self.client = httpx.Client(base_url=self.url, timeout=30, trust_env=False)
+
+    def stop(self) -> None:
+        self.client.close()
+        self.server.stop()
+
+
+@pytest.fixture
+def fleet() -> Iterator[DoubleFleet]:
+    with DoubleFleet(3) as doubles:
+        yield doubles
+
+
+@pytest.fixture
+def start_gateway(tmp_path: Path) -> Iterator[Callable[..., RunningGateway]]:
+    """``start_gateway(config_dict, file=False)``: with ``file=True`` the config is written to
+    ``tmp_path/gateway.json`` and the gateway watches it."""
+    running: list[RunningGateway] = []
+
+    def start(config: dict[str, Any], file: bool = False) -> RunningGateway:
+        if file:
+            path = tmp_path / "gateway.json"
+            path.write_text(json.dumps(config))
+            app = create_app(path)
+        else:
+            app = create_app(parse_settings(config))
+        gw = RunningGateway(app)
+        running.append(gw)
+        return gw
+
+    yield start
+    for gw in running:
+        gw.stop()

@@ -1,0 +1,93 @@
+"""``python -m gateway``: starts from a config path or GATEWAY_CONFIG, refuses a bad config."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.doubles.servers import bind_loopback
+from tests.gateway.test_settings import SEED_CONFIG
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bad_config_exits_naming_the_key(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"load_balance": {"mode": "weighted"}}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "load_balance.mode: unknown mode 'weighted'" in proc.stderr
+
+
+def test_runs_with_seed_config_from_env(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(
+        SEED_CONFIG.replace(
+            '"max_attempts": 12', '"max_attempts": 12}, "reload": {"enabled": false'
+        ),
+        encoding="utf-8",
+    )
+    sock = bind_loopback()
+    port = sock.getsockname()[1]
+    sock.close()
+    env = {**os.environ, "GATEWAY_CONFIG": str(path)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/upstreams", trust_env=False)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stdout.read().decode()
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        doc = r.json()
+        assert doc["mode"] == "round_robin"
+        assert doc["upstreams"][0]["url"] == "http://127.0.0.1:9120"
+        assert httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False).status_code == 200
+        # SIGHUP reloads the file (polling is off here, so only the signal can do it)
+        path.write_text(
+            json.dumps({"upstreams": ["http://127.0.0.1:9"], "reload": {"enabled": False}})
+        )
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while True:
+            doc = httpx.get(f"http://127.0.0.1:{port}/upstreams", trust_env=False).json()
+            if [u["url"] for u in doc["upstreams"]] == ["http://127.0.0.1:9"]:
+                break
+            assert time.monotonic() < deadline, doc
+            time.sleep(0.05)
+        assert doc["mode"] == "queue"
+    finally:
+        proc.terminate()
+        proc.wait(10)
