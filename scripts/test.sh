@@ -12,10 +12,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null
-python -m pip install -q -e '.[test]'
-if [ -f sim/requirements-test.txt ]; then
-  python -m pip install -q -r sim/requirements-test.txt
-fi
+python -m pip install -q -e '.[test,sim]'
+# PaddleX pins OpenCV's GUI build, whose cv2 needs libGL; the headless build of the same version
+# is the same module without it (as in sim/paddlex/Dockerfile).
+python -m pip install -q --no-deps --force-reinstall opencv-contrib-python-headless==4.10.0.84
 echo "python packages ready after $(( $(date +%s) - started )) s"
 
 if bash .ci/docker-up.sh; then

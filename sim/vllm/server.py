@@ -1,0 +1,158 @@
+"""HTTP side of the vLLM simulator: the OpenAI-compatible endpoints vLLM serves.
+
+Like vLLM, nothing listens while the "model" loads (`VLLM_SIM_LOAD_SECONDS`, default 3):
+clients get connection refused, not 503. Then `/health`, `/v1/models` and
+`/v1/chat/completions` answer in vLLM's shapes. Each completion names the simulator's port
+(`sim-vllm:9031 ...`) and echoes the prompt and a digest of each image it was sent.
+`VLLM_SIM_LATENCY_SECONDS` (default 0) adds a delay to each completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from .cli import ServeArgs
+from .images import describe_image_url
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def error_response(status: int, kind: str, message: str, param: str | None = None) -> JSONResponse:
+    """vLLM's ErrorResponse body."""
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return JSONResponse(body, status_code=status)
+
+
+def _describe_content(content: Any) -> tuple[list[str], list[str]]:
+    """Split an OpenAI message content into its texts and image descriptions."""
+    if isinstance(content, str):
+        return [content], []
+    texts: list[str] = []
+    images: list[str] = []
+    for part in content if isinstance(content, list) else []:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "text":
+            texts.append(str(part.get("text", "")))
+        elif part.get("type") == "image_url":
+            url = part.get("image_url", {})
+            images.append(describe_image_url(url.get("url", "") if isinstance(url, dict) else url))
+    return texts, images
+
+
+def answer_text(port: int, model: str, messages: list[dict[str, Any]]) -> str:
+    """The simulated model output: who answered, and what it was asked."""
+    texts: list[str] = []
+    images: list[str] = []
+    for message in messages:
+        if message.get("role", "user") == "user":
+            t, i = _describe_content(message.get("content", ""))
+            texts += t
+            images += i
+    prompt = " ".join(texts).strip()[:200]
+    parts = [f"sim-vllm:{port}", f"model={model}", f"prompt={json.dumps(prompt)}"]
+    parts += [f"image={d}" for d in images]
+    return " ".join(parts)
+
+
+def build_app(args: ServeArgs) -> FastAPI:
+    """The FastAPI app of one loaded simulator instance."""
+    app = FastAPI(title="vLLM simulator", docs_url=None, redoc_url=None)
+    created = int(time.time())
+    latency = _env_float("VLLM_SIM_LATENCY_SECONDS", 0.0)
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {
+            "id": args.served_model_name,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": args.model,
+            "parent": None,
+            "max_model_len": args.max_model_len,
+            "permission": [{
+                "id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
+                "created": created, "allow_create_engine": False, "allow_sampling": True,
+                "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                "allow_fine_tuning": False, "organization": "*", "group": None,
+                "is_blocking": False,
+            }],
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return error_response(400, "BadRequestError", "Request body is not valid JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return error_response(400, "BadRequestError", "Field required: messages", "messages")
+        model = body.get("model") or args.served_model_name
+        if model != args.served_model_name:
+            return error_response(
+                404, "NotFoundError", f"The model `{model}` does not exist.", "model"
+            )
+        if body.get("stream"):
+            return error_response(400, "BadRequestError", "stream=true is not simulated")
+        if latency > 0:
+            await asyncio.sleep(latency)
+        text = answer_text(args.port, model, body["messages"])
+        prompt_tokens = sum(len(json.dumps(m)) // 4 for m in body["messages"])
+        completion_tokens = max(1, len(text) // 4)
+        return JSONResponse({
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None,
+                            "annotations": None, "audio": None, "function_call": None,
+                            "tool_calls": [], "reasoning_content": None},
+                "logprobs": None, "finish_reason": "stop", "stop_reason": None,
+            }],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens,
+                      "prompt_tokens_details": None},
+            "prompt_logprobs": None,
+            "kv_transfer_params": None,
+        })
+
+    return app
+
+
+def serve(args: ServeArgs) -> int:
+    """Simulate the model load (port closed), then serve until SIGINT/SIGTERM."""
+    import uvicorn
+
+    load_seconds = _env_float("VLLM_SIM_LOAD_SECONDS", 3.0)
+    # As PID 1 of a container a process without a handler ignores SIGTERM: stop promptly.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    print(f"INFO sim-vllm: loading {args.model} as {args.served_model_name!r} "
+          f"for {load_seconds:g}s (port {args.port} closed)", file=sys.stderr, flush=True)
+    time.sleep(max(0.0, load_seconds))
+    print(f"INFO sim-vllm: model loaded; serving on {args.host}:{args.port}",
+          file=sys.stderr, flush=True)
+    uvicorn.run(build_app(args), host=args.host, port=args.port, log_level="info")
+    return 0
