@@ -283,6 +283,7 @@ def _check_cross_field(settings: FleetSettings) -> None:
             f" x {settings.vllm_per_card} vLLM per card = {total:.2f} of each card's memory,"
             " more than 1"
         )
+    _check_gateway_section(settings.gateway)
     names = [h.name for h in settings.hosts]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -298,3 +299,20 @@ def _check_cross_field(settings: FleetSettings) -> None:
                 f"config key '{key}': card {host.port_first_card} is not one of the cards "
                 f"{list(host.card_ids)}"
             )
+
+
+def _check_gateway_section(section: dict[str, Any]) -> None:
+    """The `gateway` key holds the gateway's own config.json settings: validate them with the
+    gateway's model, so a bad mode fails at `pulumi preview`, not in the container."""
+    from gateway.settings import ConfigError as GatewayConfigError
+    from gateway.settings import parse_settings
+
+    if "upstreams" in section:
+        raise ConfigError(
+            "config key 'gateway.upstreams': set by the fleet from its PaddleX servers"
+        )
+    try:
+        parse_settings({**section, "upstreams": []})
+    except GatewayConfigError as exc:
+        key, _, problem = str(exc).partition(": ")
+        raise ConfigError(f"config key 'gateway.{key}': {problem}") from None

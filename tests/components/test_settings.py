@@ -71,6 +71,11 @@ def test_settings_are_frozen():
         ({"accelerator": "tpu"}, "config key 'accelerator': Input should be 'ascend'"),
         ({"card": "8"}, "config key 'card': unknown setting; did you mean 'cards'?"),
         ({"gateway": "{not json"}, "config key 'gateway': not valid JSON"),
+        (
+            {"gateway": '{"load_balance": {"mode": "fastest"}}'},
+            "config key 'gateway.load_balance.mode': unknown mode 'fastest'",
+        ),
+        ({"gateway": '{"upstreams": []}'}, "config key 'gateway.upstreams': set by the fleet"),
         ({"portFirstCard": "9"}, "config key 'portFirstCard': card 9 is not one of the cards"),
         ({"gatewayHost": "nowhere"}, "config key 'gatewayHost': no host named 'nowhere'"),
         ({"cards": "2", "cardIds": "1"}, None),
