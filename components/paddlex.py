@@ -13,10 +13,6 @@ from components import containers, render
 from components.plan import PaddlexInstance
 from components.settings import FleetSettings
 
-# The container idles (as in the seed) until `docker exec` starts the service; bash with an explicit
-# TERM trap so that `docker stop` ends it at once even as PID 1.
-IDLE = ["bash", "-c", "trap 'exit 0' TERM; tail -f /dev/null & wait"]
-
 
 @dataclass
 class PaddlexServerArgs:
@@ -48,7 +44,7 @@ class PaddlexServer(pulumi.ComponentResource):
             image=args.image,
             network_mode="host",
             restart="unless-stopped",
-            entrypoints=IDLE,
+            entrypoints=render.paddlex_idle_argv(paddlex),
             envs=containers.envs(render.paddlex_env(paddlex)),
             uploads=[
                 docker.ContainerUploadArgs(

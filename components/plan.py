@@ -77,6 +77,11 @@ class PaddlexInstance:
         return f"{CONFIG_DIR_IN_CONTAINER}/pipeline_config_vllm-{self.port}.yaml"
 
     @property
+    def service_script_path(self) -> str:
+        """Where the start command keeps the service script, so a restart can run it again."""
+        return f"{CONFIG_DIR_IN_CONTAINER}/start-paddlex-{self.port}.sh"
+
+    @property
     def log_path(self) -> str:
         return f"{LOG_DIR_IN_CONTAINER}/paddle-{self.port}.log"
 

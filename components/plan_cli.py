@@ -1,9 +1,9 @@
 """`python -m components.plan`: show what `pulumi up` will build, without Pulumi or Docker.
 
-    python -m components.plan                          # defaults (8 Ascend cards)
-    python -m components.plan --stack dev              # reads Pulumi.dev.yaml
-    python -m components.plan --set cards=2 --set portFirstCard=1
-    python -m components.plan --json                   # the `topology` stack output
+python -m components.plan                          # defaults (8 Ascend cards)
+python -m components.plan --stack dev              # reads Pulumi.dev.yaml
+python -m components.plan --set cards=2 --set portFirstCard=1
+python -m components.plan --json                   # the `topology` stack output
 """
 
 from __future__ import annotations
@@ -52,8 +52,7 @@ def render_matrix(plan: FleetPlan) -> str:
         lines.append("  routing (paddlex -> vllm):")
         for card in cards:
             routes = "   ".join(
-                "/".join(str(p.port) for p in card.bound_to(v)) + f" -> {v.port}"
-                for v in card.vllm
+                "/".join(str(p.port) for p in card.bound_to(v)) + f" -> {v.port}" for v in card.vllm
             )
             lines.append(f"  {card.card:>4} | {routes}")
         lines.append("")

@@ -110,6 +110,19 @@ def pid_file(paddlex: PaddlexInstance) -> str:
     return f"/tmp/paddlex-{paddlex.port}.pid"
 
 
+def paddlex_idle_argv(paddlex: PaddlexInstance) -> list[str]:
+    """The PaddleX container's own command: idle until `docker exec` starts the service (as in
+    the seed); after a restart (host reboot, `restart: unless-stopped`) run the service again if it
+    had been started. bash traps TERM so that `docker stop` ends it at once even as PID 1."""
+    script = paddlex.service_script_path
+    return [
+        "bash",
+        "-c",
+        f"trap 'exit 0' TERM; if [ -f {script} ]; then bash {script} & fi; "
+        "tail -f /dev/null & wait",
+    ]
+
+
 def paddlex_service_script(settings: FleetSettings, paddlex: PaddlexInstance) -> str:
     """What runs inside the PaddleX container: set up, then exec the server, logging to /data."""
     log_dir = paddlex.log_path.rsplit("/", 1)[0]
@@ -123,14 +136,17 @@ def paddlex_service_script(settings: FleetSettings, paddlex: PaddlexInstance) ->
 
 
 def paddlex_start_command(settings: FleetSettings, paddlex: PaddlexInstance) -> str:
-    """`docker exec -d` that starts the PaddleX service in its idle container."""
-    script = paddlex_service_script(settings, paddlex)
-    return shlex.join(["docker", "exec", "-d", paddlex.container_name, "bash", "-c", script])
+    """`docker exec -d` that starts the PaddleX service in its idle container (and keeps the
+    service script there for restarts)."""
+    script, path = paddlex_service_script(settings, paddlex), paddlex.service_script_path
+    keep_and_run = f"printf '%s\\n' {shlex.quote(script)} > {path} && exec bash {path}"
+    return shlex.join(["docker", "exec", "-d", paddlex.container_name, "bash", "-c", keep_and_run])
 
 
 def paddlex_stop_command(paddlex: PaddlexInstance) -> str:
     """Stops the service that `paddlex_start_command` started; harmless if it is gone."""
-    script = f"kill $(cat {pid_file(paddlex)}) 2>/dev/null; rm -f {pid_file(paddlex)}"
+    pid, path = pid_file(paddlex), paddlex.service_script_path
+    script = f"rm -f {path}; kill $(cat {pid}) 2>/dev/null; rm -f {pid}"
     return shlex.join(["docker", "exec", paddlex.container_name, "bash", "-c", script]) + (
         " >/dev/null 2>&1 || true"
     )

@@ -252,12 +252,7 @@ def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
     shell_env, tmp_path, monkeypatch
 ):
     env, bin_dir, log = shell_env
-    monkeypatch.setattr(plan_module, "LOG_DIR_IN_CONTAINER", str(tmp_path / "logs"))
-    argv_file = tmp_path / "paddlex.argv"
-    _executable(
-        bin_dir / "paddlex",
-        f'#!/bin/bash\necho "$FROM_BASHRC" "$@" > {argv_file}\necho serving\nexec sleep 60\n',
-    )
+    argv_file = _container_paths(tmp_path, bin_dir, monkeypatch)
     settings, plan = _settings_on(_free_port())
     paddlex = plan.paddlex[0]
     subprocess.run(
@@ -273,17 +268,62 @@ def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
     assert "serving" in Path(paddlex.log_path).read_text()
     first = json.loads(log.read_text().splitlines()[0])
     assert first["argv"][:4] == ["exec", "-d", paddlex.container_name, "bash"]
+    assert Path(paddlex.service_script_path).read_text().strip() == (
+        render.paddlex_service_script(settings, paddlex)
+    )
 
     subprocess.run(["/bin/sh", "-c", render.paddlex_stop_command(paddlex)], env=env, check=True)
     deadline = time.monotonic() + 10
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(pid) and not pid_file.exists()
+    assert not Path(paddlex.service_script_path).exists()  # a restart will not bring it back
     # Stopping again, or with no container at all, is harmless.
     env_without_docker = {**env, "PATH": "/nonexistent"}
     subprocess.run(
         ["/bin/sh", "-c", render.paddlex_stop_command(paddlex)], env=env_without_docker, check=True
     )
+
+
+def _container_paths(tmp_path: Path, bin_dir: Path, monkeypatch) -> Path:
+    """Point the container's config and log folders at tmp_path; a fake `paddlex` on PATH
+    records its argv (and a variable from ~/.bashrc) and serves until killed."""
+    monkeypatch.setattr(plan_module, "LOG_DIR_IN_CONTAINER", str(tmp_path / "logs"))
+    monkeypatch.setattr(plan_module, "CONFIG_DIR_IN_CONTAINER", str(tmp_path / "etc"))
+    (tmp_path / "etc").mkdir()
+    argv_file = tmp_path / "paddlex.argv"
+    _executable(
+        bin_dir / "paddlex",
+        f'#!/bin/bash\necho "$FROM_BASHRC" "$@" > {argv_file}\necho serving\nexec sleep 60\n',
+    )
+    return argv_file
+
+
+def test_a_restarted_paddlex_container_runs_its_service_again_a_fresh_one_idles(
+    shell_env, tmp_path, monkeypatch
+):
+    env, bin_dir, _ = shell_env
+    argv_file = _container_paths(tmp_path, bin_dir, monkeypatch)
+    settings, plan = _settings_on(_free_port())
+    paddlex = plan.paddlex[0]
+    idle = render.paddlex_idle_argv(paddlex)
+
+    fresh = subprocess.Popen(idle, env=env)
+    time.sleep(1.0)
+    assert not argv_file.exists(), "a fresh container must wait for `docker exec`"
+    fresh.terminate()
+    assert fresh.wait(timeout=10) == 0  # TERM ends it at once, cleanly
+
+    Path(paddlex.service_script_path).write_text(render.paddlex_service_script(settings, paddlex))
+    restarted = subprocess.Popen(idle, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not argv_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert argv_file.read_text().split() == ["yes", *render.paddlex_argv(settings, paddlex)[1:]]
+    finally:
+        os.killpg(restarted.pid, 15)
+        restarted.wait(timeout=10)
 
 
 def _alive(pid: int) -> bool:

@@ -7,7 +7,6 @@ import pytest
 import yaml
 
 from components import render
-from components.paddlex import IDLE
 from components.plan import build_plan
 from components.settings import ConfigError, load_settings
 from tests.pulumi_harness import COMMAND, CONTAINER, IMAGE, PROVIDER, Recording, record_stack
@@ -94,7 +93,9 @@ def test_paddlex_container_idles_with_its_pipeline_config_uploaded(seed_stack):
     inputs = paddlex.inputs
     assert inputs["image"] == "paddleocrvl:20260529"
     assert inputs["shmSize"] == 128 * 1024
-    assert inputs["entrypoints"] == IDLE
+    assert inputs["entrypoints"] == render.paddlex_idle_argv(
+        build_plan(load_settings({"portFirstCard": "2"})).card("local", 0).paddlex[3]
+    )
     assert inputs["privileged"] is True and inputs["networkMode"] == "host"
     (upload,) = inputs["uploads"]
     assert upload["file"] == "/etc/paddleocr-fleet/pipeline_config_vllm-9156.yaml"

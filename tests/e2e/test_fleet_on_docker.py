@@ -202,6 +202,29 @@ def test_killing_a_paddlex_container_mid_traffic_costs_the_clients_nothing(fleet
     assert state in ("unhealthy", "ejected")
 
 
+def test_a_restarted_paddlex_container_serves_again_without_a_new_start_command(fleet):
+    paddlex = fleet.plan.paddlex[5]
+    subprocess.run(["docker", "restart", paddlex.container_name], capture_output=True, check=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{paddlex.url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"{paddlex.container_name} did not serve again after a restart")
+    response = httpx.post(
+        f"{paddlex.url}/layout-parsing",
+        json={"file": base64.b64encode(png_bytes()).decode(), "fileType": 1, "visualize": False},
+        timeout=60,
+    )
+    assert response.status_code == 200
+    markdown = response.json()["result"]["layoutParsingResults"][0]["markdown"]["text"]
+    assert vllm_port_named_in(markdown) == paddlex.vllm.port
+
+
 def test_teardown_leaves_no_container_behind(fleet):
     errors = fleet.engine.destroy()
     assert errors == []
