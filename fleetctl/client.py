@@ -74,8 +74,14 @@ class OcrResult:
 class OcrError(Exception):
     """The document failed: an HTTP error answer (``status``) or a transport error (status None)."""
 
-    def __init__(self, message: str, status: int | None = None, code: str | None = None,
-                 request_id: str | None = None, attempts: int = 1) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        code: str | None = None,
+        request_id: str | None = None,
+        attempts: int = 1,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -137,8 +143,13 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
-def _request(source: Source | None, url: str | None, server_path: str | None,
-             data_url: str | None, filename: str | None) -> tuple[str, dict[str, Any]]:
+def _request(
+    source: Source | None,
+    url: str | None,
+    server_path: str | None,
+    data_url: str | None,
+    filename: str | None,
+) -> tuple[str, dict[str, Any]]:
     given = [x is not None for x in (source, url, server_path, data_url)]
     if sum(given) != 1:
         raise ValueError("give exactly one of: source (path or bytes), url, server_path, data_url")
@@ -166,14 +177,25 @@ def _parse(r: httpx.Response, attempts: int) -> OcrResult | OcrError:
     except ValueError:
         body = None
     if r.status_code == 200 and isinstance(body, dict) and isinstance(body.get("text"), str):
-        return OcrResult(text=body["text"], upstream=body.get("upstream"),
-                         attempts=body.get("attempts"), pages=body.get("pages"),
-                         request_id=body.get("request_id"), elapsed_s=body.get("elapsed_s"),
-                         client_attempts=attempts, raw=body)
+        return OcrResult(
+            text=body["text"],
+            upstream=body.get("upstream"),
+            attempts=body.get("attempts"),
+            pages=body.get("pages"),
+            request_id=body.get("request_id"),
+            elapsed_s=body.get("elapsed_s"),
+            client_attempts=attempts,
+            raw=body,
+        )
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         err = body["error"]
-        return OcrError(str(err.get("message", "")), r.status_code, err.get("code"),
-                        body.get("request_id"), attempts)
+        return OcrError(
+            str(err.get("message", "")),
+            r.status_code,
+            err.get("code"),
+            body.get("request_id"),
+            attempts,
+        )
     text = r.text.strip()[:300] or r.reason_phrase
     if r.status_code == 200:
         return OcrError(f"unexpected answer: {text}", 200, "bad_response", None, attempts)
@@ -181,12 +203,20 @@ def _parse(r: httpx.Response, attempts: int) -> OcrResult | OcrError:
 
 
 OnRetry = Callable[[int, float, str], None]
+_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64)
 
 
 class _Base:
-    def __init__(self, url: str, *, timeout: float = 600.0, retry: RetryPolicy | None = None,
-                 headers: dict[str, str] | None = None, on_retry: OnRetry | None = None,
-                 trust_env: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 600.0,
+        retry: RetryPolicy | None = None,
+        headers: dict[str, str] | None = None,
+        on_retry: OnRetry | None = None,
+        trust_env: bool = True,
+    ) -> None:
         self.url = url.rstrip("/")
         self.trust_env = trust_env  # honour HTTP(S)_PROXY / NO_PROXY like httpx does
         self.retry = retry or RetryPolicy()
@@ -194,12 +224,24 @@ class _Base:
         self.headers = headers or {}
         self.on_retry = on_retry
 
-    def _next(self, outcome: OcrResult | OcrError, retry_after: str | None,
-              attempt: int) -> float | None:
+    def _settle(
+        self, answer: httpx.Response | httpx.TransportError, attempt: int
+    ) -> OcrResult | float:
+        """What attempt number `attempt` came to: the result, or the seconds to wait before
+        the next attempt; raises `OcrError` when the failure is final."""
+        if isinstance(answer, httpx.TransportError):
+            outcome: OcrResult | OcrError = OcrError(
+                f"{type(answer).__name__}: {answer}", None, "transport", None, attempt
+            )
+            retry_after = None
+        else:
+            outcome, retry_after = _parse(answer, attempt), answer.headers.get("retry-after")
         if isinstance(outcome, OcrResult):
-            return None
+            return outcome
         delay = self.retry.delay_for(outcome.status, retry_after, attempt)
-        if delay is not None and self.on_retry:
+        if delay is None:
+            raise outcome
+        if self.on_retry:
             self.on_retry(attempt, delay, str(outcome))
         return delay
 
@@ -222,33 +264,38 @@ class Client(_Base):
 
     def __init__(self, url: str, **kw: Any) -> None:
         super().__init__(url, **kw)
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        self._http = httpx.Client(timeout=self.timeout, headers=self.headers, limits=limits,
-                                  trust_env=self.trust_env)
+        self._http = httpx.Client(
+            timeout=self.timeout, headers=self.headers, limits=_LIMITS, trust_env=self.trust_env
+        )
 
-    def ocr(self, source: Source | None = None, *, url: str | None = None,
-            server_path: str | None = None, data_url: str | None = None,
-            filename: str | None = None) -> OcrResult:
+    def ocr(
+        self,
+        source: Source | None = None,
+        *,
+        url: str | None = None,
+        server_path: str | None = None,
+        data_url: str | None = None,
+        filename: str | None = None,
+    ) -> OcrResult:
         """OCR one document; raises `OcrError` when it failed after the allowed retries."""
         path, kw = _request(source, url, server_path, data_url, filename)
         attempt = 0
         while True:
             attempt += 1
-            retry_after = None
             try:
-                r = self._http.post(self.url + path, **kw)
-                outcome, retry_after = _parse(r, attempt), r.headers.get("retry-after")
+                answer: httpx.Response | httpx.TransportError = self._http.post(
+                    self.url + path, **kw
+                )
             except httpx.TransportError as e:
-                outcome = OcrError(f"{type(e).__name__}: {e}", None, "transport", None, attempt)
-            delay = self._next(outcome, retry_after, attempt)
-            if delay is None:
-                if isinstance(outcome, OcrError):
-                    raise outcome
-                return outcome
-            time.sleep(delay)
+                answer = e
+            settled = self._settle(answer, attempt)
+            if isinstance(settled, OcrResult):
+                return settled
+            time.sleep(settled)
 
     def ocr_many(self, sources: Iterable[Source], concurrency: int = 8) -> list[OcrOutcome]:
         """OCR many documents with at most `concurrency` in flight; results in input order."""
+
         def one(src: Source) -> OcrOutcome:
             try:
                 return OcrOutcome(src, result=self.ocr(src))
@@ -273,13 +320,19 @@ class AsyncClient(_Base):
 
     def __init__(self, url: str, **kw: Any) -> None:
         super().__init__(url, **kw)
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        self._http = httpx.AsyncClient(timeout=self.timeout, headers=self.headers,
-                                       limits=limits, trust_env=self.trust_env)
+        self._http = httpx.AsyncClient(
+            timeout=self.timeout, headers=self.headers, limits=_LIMITS, trust_env=self.trust_env
+        )
 
-    async def ocr(self, source: Source | None = None, *, url: str | None = None,
-                  server_path: str | None = None, data_url: str | None = None,
-                  filename: str | None = None) -> OcrResult:
+    async def ocr(
+        self,
+        source: Source | None = None,
+        *,
+        url: str | None = None,
+        server_path: str | None = None,
+        data_url: str | None = None,
+        filename: str | None = None,
+    ) -> OcrResult:
         """OCR one document; raises `OcrError` when it failed after the allowed retries."""
         if source is not None and not isinstance(source, bytes):
             data = await asyncio.to_thread(Path(source).read_bytes)
@@ -288,21 +341,23 @@ class AsyncClient(_Base):
         attempt = 0
         while True:
             attempt += 1
-            retry_after = None
             try:
-                r = await self._http.post(self.url + path, **kw)
-                outcome, retry_after = _parse(r, attempt), r.headers.get("retry-after")
+                answer: httpx.Response | httpx.TransportError = await self._http.post(
+                    self.url + path, **kw
+                )
             except httpx.TransportError as e:
-                outcome = OcrError(f"{type(e).__name__}: {e}", None, "transport", None, attempt)
-            delay = self._next(outcome, retry_after, attempt)
-            if delay is None:
-                if isinstance(outcome, OcrError):
-                    raise outcome
-                return outcome
-            await asyncio.sleep(delay)
+                answer = e
+            settled = self._settle(answer, attempt)
+            if isinstance(settled, OcrResult):
+                return settled
+            await asyncio.sleep(settled)
 
-    async def ocr_many(self, sources: Iterable[Source], concurrency: int = 8,
-                       on_done: Callable[[OcrOutcome], None] | None = None) -> list[OcrOutcome]:
+    async def ocr_many(
+        self,
+        sources: Iterable[Source],
+        concurrency: int = 8,
+        on_done: Callable[[OcrOutcome], None] | None = None,
+    ) -> list[OcrOutcome]:
         """OCR many documents with at most `concurrency` in flight; results in input order.
 
         `on_done` is called as each document finishes (e.g. to advance a progress bar).

@@ -17,6 +17,7 @@ import base64
 import struct
 import time
 import zlib
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,12 +46,20 @@ def tiny_png(width: int = 96, height: int = 32) -> bytes:
         rows.append(b"\x00" + bytes(row))
 
     def chunk(tag: bytes, body: bytes) -> bytes:
-        return (struct.pack(">I", len(body)) + tag + body
-                + struct.pack(">I", zlib.crc32(tag + body) & 0xFFFFFFFF))
+        return (
+            struct.pack(">I", len(body))
+            + tag
+            + body
+            + struct.pack(">I", zlib.crc32(tag + body) & 0xFFFFFFFF)
+        )
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
-            + chunk(b"IDAT", zlib.compress(b"".join(rows), 9)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"".join(rows), 9))
+        + chunk(b"IEND", b"")
+    )
 
 
 TINY_PNG_B64 = base64.b64encode(tiny_png()).decode("ascii")
@@ -77,14 +86,22 @@ def _body_message(r: httpx.Response) -> str:
     return str(j)[:120]
 
 
-async def health(http: httpx.AsyncClient, inst: Instance, timeout: float = 5.0) -> Probe:
-    """``GET /health``: PaddleX answers ``errorCode 0``; vLLM and the gateway answer 200."""
+async def _timed(request: Awaitable[httpx.Response]) -> tuple[httpx.Response, float] | Probe:
+    """The answer to `request` and the seconds it took, or a failed `Probe` on network trouble."""
     t0 = time.monotonic()
     try:
-        r = await http.get(f"{inst.url}/health", timeout=timeout)
+        r = await request
     except httpx.HTTPError as e:
         return Probe(False, _err(e), time.monotonic() - t0)
-    dt = time.monotonic() - t0
+    return r, time.monotonic() - t0
+
+
+async def health(http: httpx.AsyncClient, inst: Instance, timeout: float = 5.0) -> Probe:
+    """``GET /health``: PaddleX answers ``errorCode 0``; vLLM and the gateway answer 200."""
+    answer = await _timed(http.get(f"{inst.url}/health", timeout=timeout))
+    if isinstance(answer, Probe):
+        return answer
+    r, dt = answer
     if r.status_code != 200:
         return Probe(False, f"HTTP {r.status_code} {_body_message(r)}".strip(), dt)
     if inst.kind == "paddlex":
@@ -99,12 +116,10 @@ async def health(http: httpx.AsyncClient, inst: Instance, timeout: float = 5.0) 
 
 async def vllm_models(http: httpx.AsyncClient, inst: Instance, timeout: float = 10.0) -> Probe:
     """``GET /v1/models`` must list the served model name."""
-    t0 = time.monotonic()
-    try:
-        r = await http.get(f"{inst.url}/v1/models", timeout=timeout)
-    except httpx.HTTPError as e:
-        return Probe(False, _err(e), time.monotonic() - t0)
-    dt = time.monotonic() - t0
+    answer = await _timed(http.get(f"{inst.url}/v1/models", timeout=timeout))
+    if isinstance(answer, Probe):
+        return answer
+    r, dt = answer
     if r.status_code != 200:
         return Probe(False, f"/v1/models HTTP {r.status_code}", dt)
     try:
@@ -120,12 +135,10 @@ async def vllm_models(http: httpx.AsyncClient, inst: Instance, timeout: float = 
 async def paddlex_parse(http: httpx.AsyncClient, inst: Instance, timeout: float = 300.0) -> Probe:
     """``POST /layout-parsing`` of the built-in PNG through this one PaddleX instance."""
     body = {"file": TINY_PNG_B64, "fileType": 1, "visualize": False}
-    t0 = time.monotonic()
-    try:
-        r = await http.post(f"{inst.url}/layout-parsing", json=body, timeout=timeout)
-    except httpx.HTTPError as e:
-        return Probe(False, _err(e), time.monotonic() - t0)
-    dt = time.monotonic() - t0
+    answer = await _timed(http.post(f"{inst.url}/layout-parsing", json=body, timeout=timeout))
+    if isinstance(answer, Probe):
+        return answer
+    r, dt = answer
     if r.status_code != 200:
         return Probe(False, f"/layout-parsing HTTP {r.status_code}: {_body_message(r)}", dt)
     try:
@@ -135,19 +148,18 @@ async def paddlex_parse(http: httpx.AsyncClient, inst: Instance, timeout: float 
     except (ValueError, KeyError, TypeError, AttributeError):
         return Probe(False, "/layout-parsing: unexpected body", dt)
     if j.get("errorCode", 0) != 0 or not pages:
-        return Probe(False, f"/layout-parsing errorCode {j.get('errorCode')}, {len(pages)} pages",
-                     dt)
+        return Probe(
+            False, f"/layout-parsing errorCode {j.get('errorCode')}, {len(pages)} pages", dt
+        )
     return Probe(True, f"{len(pages)} page, {len(text)} chars", dt, text)
 
 
 async def gateway_ocr(http: httpx.AsyncClient, url: str, timeout: float = 300.0) -> Probe:
     """``POST {gateway}/ocr`` with the built-in PNG as base64."""
-    t0 = time.monotonic()
-    try:
-        r = await http.post(f"{url}/ocr", json={"base64": TINY_PNG_B64}, timeout=timeout)
-    except httpx.HTTPError as e:
-        return Probe(False, _err(e), time.monotonic() - t0)
-    dt = time.monotonic() - t0
+    answer = await _timed(http.post(f"{url}/ocr", json={"base64": TINY_PNG_B64}, timeout=timeout))
+    if isinstance(answer, Probe):
+        return answer
+    r, dt = answer
     if r.status_code != 200:
         return Probe(False, f"/ocr HTTP {r.status_code}: {_body_message(r)}", dt)
     try:
@@ -155,27 +167,34 @@ async def gateway_ocr(http: httpx.AsyncClient, url: str, timeout: float = 300.0)
         text = j["text"]
     except (ValueError, KeyError, TypeError):
         return Probe(False, "/ocr: unexpected body", dt)
-    return Probe(True, f"via {j.get('upstream', '?')}, {j.get('attempts', '?')} attempt(s), "
-                       f"{len(text)} chars", dt, j)
+    return Probe(
+        True,
+        f"via {j.get('upstream', '?')}, {j.get('attempts', '?')} attempt(s), {len(text)} chars",
+        dt,
+        j,
+    )
 
 
-async def gateway_upstreams(http: httpx.AsyncClient, url: str, timeout: float = 5.0
-                            ) -> tuple[dict[str, dict[str, Any]] | None, str]:
+async def gateway_upstreams(
+    http: httpx.AsyncClient, url: str, timeout: float = 5.0
+) -> tuple[dict[str, dict[str, Any]] | None, str]:
     """The gateway's ``/upstreams`` keyed by upstream URL, or ``(None, reason)``."""
     try:
         r = await http.get(f"{url}/upstreams", timeout=timeout)
         r.raise_for_status()
         j = r.json()
-        return {str(u["url"]).rstrip("/"): u for u in j.get("upstreams", [])}, \
-            f"mode {j.get('mode', '?')}, queue {j.get('queue_depth', '?')}"
+        return {
+            str(u["url"]).rstrip("/"): u for u in j.get("upstreams", [])
+        }, f"mode {j.get('mode', '?')}, queue {j.get('queue_depth', '?')}"
     except httpx.HTTPError as e:
         return None, f"gateway unreachable: {_err(e)}"
     except (ValueError, KeyError, TypeError, AttributeError):
         return None, "gateway /upstreams: unexpected body"
 
 
-async def wait_healthy(http: httpx.AsyncClient, inst: Instance, timeout: float,
-                       interval: float = 2.0) -> Probe:
+async def wait_healthy(
+    http: httpx.AsyncClient, inst: Instance, timeout: float, interval: float = 2.0
+) -> Probe:
     """Poll `health` until it passes or `timeout` seconds have gone by."""
     deadline = time.monotonic() + timeout
     while True:

@@ -21,7 +21,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, is_dataclass
 from typing import Any
@@ -31,13 +31,16 @@ from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import UploadFile
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.documents import InputError, make_document_async, resolve_input
+from gateway.attempts import GatewayError, UpstreamClientError
+from gateway.documents import Document, InputError, make_document_async, resolve_input
 from gateway.postprocess import postprocess
-from gateway.proxy import GatewayError, UpstreamClientError
 from gateway.runtime import Runtime
 from gateway.settings import Settings, load_settings
 
 log = logging.getLogger("gateway.app")
+
+DocumentReader = Callable[[Request, Settings], Awaitable[tuple[Document, dict[str, Any] | None]]]
+"""Reads the request's document and the PaddleX ``options`` it asks for (None: none)."""
 
 ROUTES = frozenset(
     {
@@ -82,6 +85,21 @@ def error_response(
         body = {"logId": request_id, "errorCode": status, "errorMsg": message, **body}
     return JSONResponse(
         body, status_code=status, headers={**(headers or {}), "X-Request-ID": request_id}
+    )
+
+
+def gateway_error_response(
+    exc: GatewayError, request_id: str, *, paddlex_envelope: bool = False
+) -> JSONResponse:
+    """:func:`error_response` for an error the gateway raised itself."""
+    return error_response(
+        exc.status,
+        exc.code,
+        exc.message,
+        request_id,
+        details=exc.details,
+        headers=exc.headers,
+        paddlex_envelope=paddlex_envelope,
     )
 
 
@@ -166,10 +184,9 @@ def create_app(
     app.add_middleware(_MetricsMiddleware, runtime=runtime)
 
     async def run_ocr(
-        request: Request,
         rid: str,
         settings: Settings,
-        doc: Any,
+        doc: Document,
         options: dict[str, Any] | None,
         started: float,
     ) -> JSONResponse:
@@ -203,63 +220,63 @@ def create_app(
             headers={"X-Request-ID": rid},
         )
 
-    @app.post("/ocr")
-    async def ocr(request: Request) -> Response:
+    async def ocr_route(request: Request, read_document: DocumentReader) -> Response:
+        """What ``/ocr`` and ``/ocr-file`` do once ``read_document`` has got the document."""
         started = time.perf_counter()
         rid = _request_id(request)
         settings = runtime.settings
         try:
-            body = await read_body(request, settings.input.max_request_bytes)
-            try:
-                payload = json.loads(body)
-            except ValueError as exc:
-                raise InputError(
-                    400, "invalid_json", f"request body is not valid JSON: {exc}"
-                ) from None
-            if not isinstance(payload, dict):
-                raise InputError(400, "invalid_request", "request body must be a JSON object")
-            options = payload.get("options")
-            if options is not None and not isinstance(options, dict):
-                raise InputError(400, "invalid_request", "options: must be a JSON object")
-            doc = await resolve_input(payload, settings.input, runtime._aux_client())
-            return await run_ocr(request, rid, settings, doc, options, started)
+            doc, options = await read_document(request, settings)
+            return await run_ocr(rid, settings, doc, options, started)
         except InputError as exc:
             return error_response(exc.status, exc.code, exc.message, rid)
         except GatewayError as exc:
-            return error_response(
-                exc.status, exc.code, exc.message, rid, details=exc.details, headers=exc.headers
+            return gateway_error_response(exc, rid)
+
+    async def json_document(
+        request: Request, settings: Settings
+    ) -> tuple[Document, dict[str, Any] | None]:
+        """``/ocr``: a JSON body naming the document (see :func:`resolve_input`) and options."""
+        body = await read_body(request, settings.input.max_request_bytes)
+        try:
+            payload = json.loads(body)
+        except ValueError as exc:
+            raise InputError(
+                400, "invalid_json", f"request body is not valid JSON: {exc}"
+            ) from None
+        if not isinstance(payload, dict):
+            raise InputError(400, "invalid_request", "request body must be a JSON object")
+        options = payload.get("options")
+        if options is not None and not isinstance(options, dict):
+            raise InputError(400, "invalid_request", "options: must be a JSON object")
+        doc = await resolve_input(payload, settings.input, runtime._aux_client())
+        return doc, options
+
+    async def uploaded_document(request: Request, settings: Settings) -> tuple[Document, None]:
+        """``/ocr-file``: the document uploaded as the multipart field ``file``."""
+        await read_body(request, settings.input.max_request_bytes)
+        if "multipart/form-data" not in request.headers.get("content-type", ""):
+            raise InputError(
+                400, "invalid_request", "expected multipart/form-data with a 'file' field"
             )
+        try:
+            form = await request.form(max_part_size=settings.input.max_request_bytes)
+        except Exception as exc:
+            raise InputError(400, "invalid_multipart", f"cannot parse the form: {exc}") from None
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise InputError(400, "invalid_request", "multipart field 'file' is required")
+        data = await upload.read()
+        await form.close()
+        return await make_document_async(data), None
+
+    @app.post("/ocr")
+    async def ocr(request: Request) -> Response:
+        return await ocr_route(request, json_document)
 
     @app.post("/ocr-file")
     async def ocr_file(request: Request) -> Response:
-        started = time.perf_counter()
-        rid = _request_id(request)
-        settings = runtime.settings
-        try:
-            await read_body(request, settings.input.max_request_bytes)
-            if "multipart/form-data" not in request.headers.get("content-type", ""):
-                raise InputError(
-                    400, "invalid_request", "expected multipart/form-data with a 'file' field"
-                )
-            try:
-                form = await request.form(max_part_size=settings.input.max_request_bytes)
-            except Exception as exc:
-                raise InputError(
-                    400, "invalid_multipart", f"cannot parse the form: {exc}"
-                ) from None
-            upload = form.get("file")
-            if not isinstance(upload, UploadFile):
-                raise InputError(400, "invalid_request", "multipart field 'file' is required")
-            data = await upload.read()
-            await form.close()
-            doc = await make_document_async(data)
-            return await run_ocr(request, rid, settings, doc, None, started)
-        except InputError as exc:
-            return error_response(exc.status, exc.code, exc.message, rid)
-        except GatewayError as exc:
-            return error_response(
-                exc.status, exc.code, exc.message, rid, details=exc.details, headers=exc.headers
-            )
+        return await ocr_route(request, uploaded_document)
 
     async def passthrough(request: Request, path: str) -> Response:
         rid = _request_id(request)
@@ -285,15 +302,7 @@ def create_app(
         except InputError as exc:
             return error_response(exc.status, exc.code, exc.message, rid, paddlex_envelope=True)
         except GatewayError as exc:
-            return error_response(
-                exc.status,
-                exc.code,
-                exc.message,
-                rid,
-                details=exc.details,
-                headers=exc.headers,
-                paddlex_envelope=True,
-            )
+            return gateway_error_response(exc, rid, paddlex_envelope=True)
 
     @app.post("/layout-parsing")
     async def layout_parsing(request: Request) -> Response:

@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 import httpx
 
-from gateway.pool import Upstream, UpstreamPool
+from gateway.pool import UpstreamPool
+from gateway.upstream import Upstream
 
 log = logging.getLogger("gateway.health")
 

@@ -1,15 +1,10 @@
-"""Upstream pool: per-upstream state, leases, the central queue, ejection, panic, retry budget.
+"""Upstream pool: the upstreams, balancing, leases, ejection, panic, retry budget.
 
 Pure asyncio state, no HTTP: the proxy asks for a :class:`Lease` on an upstream, does its I/O,
-and releases the lease with an outcome. All methods run on the event loop thread; the
+and releases the lease with an outcome (see :mod:`gateway.upstream` for the outcomes and what
+counts towards ejection). In ``queue`` mode requests wait for a free upstream in the
+:class:`~gateway.central_queue.CentralQueue`. All methods run on the event loop thread; the
 synchronous ones are atomic with respect to other coroutines.
-
-Outcomes: ``success``, ``client_error`` (upstream 4xx), ``server_error`` (5xx), ``timeout``,
-``connect_error``, ``reset`` (connection dropped, e.g. the uvicorn keep-alive reset after a
-500), ``protocol_error`` (unusable 200 body), ``truncated`` (PDF pages missing), ``cancelled``.
-``server_error``, ``timeout``, ``connect_error`` and ``protocol_error`` count towards passive
-ejection; ``reset``, ``truncated`` and ``cancelled`` are neutral; ``success`` and
-``client_error`` (the instance answered sensibly) reset the failure streak.
 
 Usage::
 
@@ -23,114 +18,29 @@ Usage::
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
 import random
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.central_queue import CentralQueue
 from gateway.metrics import GatewayMetrics
 from gateway.policies import Policy, make_policy
-from gateway.settings import Settings, UpstreamSpec
-
-OUTCOMES: tuple[str, ...] = (
-    "success",
-    "client_error",
-    "server_error",
-    "timeout",
-    "connect_error",
-    "reset",
-    "protocol_error",
-    "truncated",
-    "cancelled",
+from gateway.settings import Settings
+from gateway.upstream import (
+    FAILURE_OUTCOMES,
+    GOOD_OUTCOMES,
+    OUTCOMES,
+    Lease,
+    PoolError,
+    Upstream,
 )
-FAILURE_OUTCOMES = frozenset({"server_error", "timeout", "connect_error", "protocol_error"})
-GOOD_OUTCOMES = frozenset({"success", "client_error"})
-
-
-class PoolError(Exception):
-    """No upstream could be leased."""
-
-    retry_after: int | None = None
 
 
 class NoUpstreamAvailable(PoolError):
     """Nothing left to try (none configured, or all already tried by this request)."""
-
-
-class QueueFull(PoolError):
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class QueueTimeout(PoolError):
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-@dataclass(eq=False)
-class Upstream:
-    """Mutable state of one upstream; kept across reloads while its URL stays configured."""
-
-    spec: UpstreamSpec
-    in_flight: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    consecutive_failures: int = 0
-    ejections: int = 0
-    ejection_level: int = 0
-    ejected_until: float = 0.0
-    probe_healthy: bool = True
-    probe_checked: bool = False
-    probe_successes: int = 0
-    probe_failures: int = 0
-    last_error: str | None = None
-    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=512))
-    ewma_s: float | None = None
-
-    @property
-    def url(self) -> str:
-        return self.spec.url
-
-    def is_ejected(self, now: float) -> bool:
-        return self.ejected_until > now
-
-    def state(self, now: float) -> str:
-        if self.is_ejected(now):
-            return "ejected"
-        return "healthy" if self.probe_healthy else "unhealthy"
-
-    def latency_ms(self) -> dict[str, float | None]:
-        values = sorted(self.latencies)
-        if not values:
-            return {"p50": None, "p99": None, "count": 0}
-
-        def pct(p: float) -> float:
-            return round(values[min(len(values) - 1, math.ceil(p * len(values)) - 1)] * 1000, 1)
-
-        return {"p50": pct(0.50), "p99": pct(0.99), "count": len(values)}
-
-
-@dataclass(eq=False)
-class Lease:
-    """The right to send one attempt to ``upstream``; release it exactly once."""
-
-    upstream: Upstream
-    started: float
-    queued_s: float = 0.0
-    released: bool = False
-
-
-@dataclass(eq=False)
-class _Waiter:
-    future: asyncio.Future[Lease]
-    exclude: frozenset[str]
-    enqueued: float
 
 
 class UpstreamPool:
@@ -149,7 +59,7 @@ class UpstreamPool:
         self.metrics = metrics
         self.upstreams: list[Upstream] = []
         self._by_url: dict[str, Upstream] = {}
-        self._waiters: deque[_Waiter] = deque()
+        self.queue = CentralQueue(metrics, clock=clock, retry_after=self.retry_after)
         self.active_requests = 0
         self.retries_in_flight = 0
         self.settings = settings
@@ -187,7 +97,7 @@ class UpstreamPool:
 
     @property
     def queue_depth(self) -> int:
-        return len(self._waiters)
+        return len(self.queue)
 
     # ----------------------------------------------------------------- eligibility
     def eligible(self, now: float | None = None) -> tuple[list[Upstream], bool]:
@@ -267,69 +177,22 @@ class UpstreamPool:
         free = [u for u in candidates if u.in_flight < limit]
         if free:
             return self._lease(self._choose(free))
-        lb = self.settings.load_balance
-        if not retry and len(self._waiters) >= lb.queue_max_depth:
-            self._reject("full")
-            raise QueueFull(
-                f"central queue is full ({len(self._waiters)} waiting, "
-                f"load_balance.queue_max_depth={lb.queue_max_depth})",
-                self.retry_after(),
-            )
-        loop = asyncio.get_running_loop()
-        waiter = _Waiter(loop.create_future(), excluded, self._clock())
-        if retry:
-            self._waiters.appendleft(waiter)
-        else:
-            self._waiters.append(waiter)
-        try:
-            async with asyncio.timeout(timeout):
-                return await waiter.future
-        except TimeoutError:
-            if waiter.future.done() and not waiter.future.cancelled():
-                return waiter.future.result()  # assigned just as the timer fired
-            self._reject("timeout")
-            raise QueueTimeout(
-                f"no upstream became free within {timeout:.1f}s "
-                f"({len(self._waiters)} waiting in the central queue)",
-                self.retry_after(),
-            ) from None
-        except BaseException:
-            if waiter.future.done() and not waiter.future.cancelled():
-                self.release(waiter.future.result(), "cancelled", 0.0)
-            raise
-        finally:
-            if not waiter.future.done():
-                waiter.future.cancel()
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
-            if self.metrics is not None and waiter.future.done() and not waiter.future.cancelled():
-                self.metrics.queue_wait.observe(self._clock() - waiter.enqueued)
-
-    def _reject(self, reason: str) -> None:
-        if self.metrics is not None:
-            self.metrics.queue_rejected.labels(reason=reason).inc()
+        return await self.queue.wait(
+            excluded,
+            timeout,
+            retry=retry,
+            max_depth=self.settings.load_balance.queue_max_depth,
+            abandon=lambda lease: self.release(lease, "cancelled", 0.0),
+        )
 
     def _dispatch(self) -> None:
-        """Hand free upstreams to waiters in FIFO order."""
-        if not self._waiters:
+        """Hand free upstreams to the queued requests."""
+        if not self.queue:
             return
         limit = self._limit()
         eligible, _ = self.eligible()
         free = [u for u in eligible if u.in_flight < limit]
-        remaining: deque[_Waiter] = deque()
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if waiter.future.done():
-                continue
-            options = [u for u in free if u.url not in waiter.exclude]
-            if not options:
-                remaining.append(waiter)
-                continue
-            chosen = self._choose(options)
-            waiter.future.set_result(self._lease(chosen, self._clock() - waiter.enqueued))
-            if chosen.in_flight >= limit:
-                free.remove(chosen)
-        self._waiters = remaining
+        self.queue.dispatch(free, limit, self._choose, self._lease)
 
     def kick(self) -> None:
         """Re-run dispatch (ejections expire by time, so the maintenance loop calls this)."""
@@ -447,14 +310,14 @@ class UpstreamPool:
         samples = [u.ewma_s for u in self.upstreams if u.ewma_s is not None]
         service = sum(samples) / len(samples) if samples else 1.0
         capacity = max(1, len(self.upstreams) * self.settings.load_balance.upstream_concurrency)
-        return int(min(60, max(1, math.ceil((len(self._waiters) + 1) / capacity * service))))
+        return int(min(60, max(1, math.ceil((len(self.queue) + 1) / capacity * service))))
 
     def gauge_snapshot(self) -> dict[str, Any]:
         now = self._clock()
         _, panic = self.eligible(now)
         return {
             "upstreams": [(u.url, u.in_flight, u.state(now)) for u in self.upstreams],
-            "queue_depth": len(self._waiters),
+            "queue_depth": len(self.queue),
             "panic": panic,
         }
 
@@ -484,7 +347,7 @@ class UpstreamPool:
             )
         return {
             "mode": self.mode,
-            "queue_depth": len(self._waiters),
+            "queue_depth": len(self.queue),
             "panic": panic,
             "active_requests": self.active_requests,
             "retries_in_flight": self.retries_in_flight,

@@ -17,77 +17,32 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
 
+from gateway.attempts import (
+    Attempt,
+    GatewayError,
+    UpstreamClientError,
+    UpstreamFailure,
+    classify_transport_error,
+    error_message,
+    raise_for_upstream_status,
+)
+from gateway.central_queue import QueueFull, QueueTimeout
 from gateway.documents import Document
-from gateway.pool import NoUpstreamAvailable, QueueFull, QueueTimeout, Upstream, UpstreamPool
+from gateway.pool import NoUpstreamAvailable, UpstreamPool
 from gateway.settings import Settings
+from gateway.upstream import Lease, Upstream
 
 T = TypeVar("T")
 
 TRUNCATION_HINT = (
     "set 'Serving: {extra: {max_num_input_imgs: null}}' in that instance's pipeline config"
 )
-
-
-class GatewayError(Exception):
-    """An error answered by the gateway itself, as ``{"error": {...}, "request_id"}``."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        details: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details or {}
-        self.headers = headers or {}
-
-
-class UpstreamFailure(Exception):
-    """One attempt failed in a way another upstream might not (unless ``retryable`` is False)."""
-
-    def __init__(
-        self, outcome: str, reason: str, status: int | None = None, retryable: bool = True
-    ) -> None:
-        super().__init__(reason)
-        self.outcome = outcome
-        self.reason = reason
-        self.status = status
-        self.retryable = retryable
-
-
-class UpstreamClientError(Exception):
-    """The upstream answered 4xx: the document or request is bad; not retried."""
-
-    def __init__(self, status: int, message: str, body: bytes, content_type: str | None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.body = body
-        self.content_type = content_type
-
-
-@dataclass
-class Attempt:
-    """One tried upstream and what happened there."""
-
-    upstream: str
-    outcome: str
-    reason: str | None = None
-    status: int | None = None
-    elapsed_s: float = 0.0
 
 
 @dataclass
@@ -99,29 +54,9 @@ class OcrResult:
     attempts: list[Attempt] = field(default_factory=list)
 
 
-def error_message(body: bytes) -> str:
-    """The PaddleX ``errorMsg`` of an envelope, else the (shortened) raw body."""
-    try:
-        data = json.loads(body)
-        if isinstance(data, dict) and "errorMsg" in data:
-            return str(data["errorMsg"])
-    except ValueError:
-        pass
-    text = body.decode("utf-8", "replace").strip()
-    return text[:300] or "(empty body)"
-
-
-def classify_transport_error(exc: httpx.HTTPError) -> tuple[str, str]:
-    """Map an httpx exception to (outcome, human reason)."""
-    name = type(exc).__name__
-    detail = str(exc) or name
-    if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError):
-        return "connect_error", f"connect error: {detail}"
-    if isinstance(exc, httpx.TimeoutException):
-        return "timeout", f"timeout ({name})"
-    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
-        return "reset", f"connection reset: {detail}"
-    return "reset", f"transport error: {name}: {detail}"
+def _http_timeout(settings: Settings, timeout: float) -> httpx.Timeout:
+    """The httpx timeout of one attempt: ``timeout`` overall, connecting within the config's."""
+    return httpx.Timeout(timeout, connect=min(settings.http.connect_timeout_s, timeout))
 
 
 class Proxy:
@@ -152,12 +87,7 @@ class Proxy:
             for number in range(1, settings.load_balance.max_attempts + 1):
                 remaining = deadline - loop.time()
                 if remaining <= 0:
-                    raise self._failed(
-                        504,
-                        "deadline_exceeded",
-                        f"request deadline of {settings.http.request_deadline_s}s exceeded",
-                        attempts,
-                    )
+                    raise self._deadline_exceeded(settings, attempts)
                 is_retry = number > 1
                 if is_retry and not pool.try_begin_retry():
                     stop_reason = (
@@ -199,12 +129,7 @@ class Proxy:
                     f"load_balance.max_attempts={settings.load_balance.max_attempts} reached"
                 )
             if loop.time() >= deadline:
-                raise self._failed(
-                    504,
-                    "deadline_exceeded",
-                    f"request deadline of {settings.http.request_deadline_s}s exceeded",
-                    attempts,
-                )
+                raise self._deadline_exceeded(settings, attempts)
             raise self._failed(502, "all_upstreams_failed", stop_reason or "", attempts)
         finally:
             pool.end_request()
@@ -213,7 +138,7 @@ class Proxy:
         self,
         settings: Settings,
         client: httpx.AsyncClient,
-        lease: Any,
+        lease: Lease,
         work: Callable[[httpx.AsyncClient, Upstream, float], Awaitable[T]],
         deadline: float,
         attempts: list[Attempt],
@@ -277,6 +202,11 @@ class Proxy:
             message = why + (f"; attempts: {listing}" if listing else "")
         return GatewayError(status, code, message, details={"attempts": attempts}, headers=headers)
 
+    @classmethod
+    def _deadline_exceeded(cls, settings: Settings, attempts: list[Attempt]) -> GatewayError:
+        why = f"request deadline of {settings.http.request_deadline_s}s exceeded"
+        return cls._failed(504, "deadline_exceeded", why, attempts)
+
     # ------------------------------------------------------------------ PaddleX calls
     @staticmethod
     async def _post_json(
@@ -286,25 +216,8 @@ class Proxy:
         settings: Settings,
         timeout: float,
     ) -> dict[str, Any]:
-        response = await client.post(
-            url,
-            json=body,
-            timeout=httpx.Timeout(timeout, connect=min(settings.http.connect_timeout_s, timeout)),
-        )
-        content = response.content
-        if 400 <= response.status_code < 500:
-            raise UpstreamClientError(
-                response.status_code,
-                error_message(content),
-                content,
-                response.headers.get("content-type"),
-            )
-        if response.status_code >= 500:
-            raise UpstreamFailure(
-                "server_error",
-                f"HTTP {response.status_code}: {error_message(content)}",
-                response.status_code,
-            )
+        response = await client.post(url, json=body, timeout=_http_timeout(settings, timeout))
+        raise_for_upstream_status(response)
         try:
             data = response.json()
         except ValueError:
@@ -316,7 +229,8 @@ class Proxy:
         if response.status_code != 200 or not isinstance(data, dict) or data.get("errorCode", 0):
             raise UpstreamFailure(
                 "protocol_error",
-                f"HTTP {response.status_code}: unexpected envelope: {error_message(content)}",
+                f"HTTP {response.status_code}: unexpected envelope: "
+                f"{error_message(response.content)}",
                 response.status_code,
             )
         if not isinstance(data.get("result"), dict):
@@ -418,25 +332,10 @@ class Proxy:
                     "content-type": content_type or "application/json",
                     "x-request-id": request_id,
                 },
-                timeout=httpx.Timeout(
-                    timeout, connect=min(settings.http.connect_timeout_s, timeout)
-                ),
+                timeout=_http_timeout(settings, timeout),
             )
-            content = response.content
-            if response.status_code >= 500:
-                raise UpstreamFailure(
-                    "server_error",
-                    f"HTTP {response.status_code}: {error_message(content)}",
-                    response.status_code,
-                )
-            if 400 <= response.status_code < 500:
-                raise UpstreamClientError(
-                    response.status_code,
-                    error_message(content),
-                    content,
-                    response.headers.get("content-type"),
-                )
-            return response.status_code, response.headers.get("content-type"), content
+            raise_for_upstream_status(response)
+            return response.status_code, response.headers.get("content-type"), response.content
 
         (status, ctype, content), upstream, attempts = await self.run(
             settings, work, bypass_limit=(path == "/restructure-pages")

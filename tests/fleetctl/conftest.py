@@ -18,8 +18,12 @@ PDF = b"%PDF-1.4\n"
 
 
 def doc(magic: bytes, body: str = "") -> bytes:
-    """A file that passes the magic-byte check (the fake gateway never decodes it)."""
-    return magic + body.encode() + os.urandom(8)
+    """A file that passes the magic-byte check (the fake gateway never decodes it).
+
+    The random tail makes each file distinct; the newline keeps it from extending a ``BUSY<n>``
+    count in ``body`` with random digits.
+    """
+    return magic + body.encode() + b"\n" + os.urandom(8)
 
 
 @pytest.fixture
@@ -38,8 +42,9 @@ class FakeDocker:
         self.state = tmp / "docker-state.json"
         self.state.write_text("{}")
         script = self.bin / "docker"
-        script.write_text(FAKE_DOCKER.format(python=sys.executable, log=str(self.log),
-                                             state=str(self.state)))
+        script.write_text(
+            FAKE_DOCKER.format(python=sys.executable, log=str(self.log), state=str(self.state))
+        )
         script.chmod(script.stat().st_mode | stat.S_IEXEC)
 
     def set_states(self, states: dict[str, str]) -> None:
@@ -54,7 +59,7 @@ class FakeDocker:
         return [c["argv"] for c in self.calls()]
 
 
-FAKE_DOCKER = '''#!{python}
+FAKE_DOCKER = """#!{python}
 import json, os, sys
 args = sys.argv[1:]
 with open({log!r}, "a") as f:
@@ -92,7 +97,7 @@ elif cmd == "exec":
         print("| npu-smi 24.1.0   Version: 24.1.0 |")
     else:
         print("exec ok")
-'''
+"""
 
 
 @pytest.fixture

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from PIL import Image
-from pypdf import PdfWriter
 
 from fleetctl import batch
 from fleetctl.cli import main
@@ -22,28 +19,18 @@ from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 from tests.fleetctl.conftest import FakeDocker
 from tests.fleetctl.fakes import Server, fake_vllm
+from tests.gateway.conftest import gateway_config
+from tests.gateway.samples import pdf_bytes, png_bytes
 
 
-def png(color: int = 0) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (40, 20), (color, color, color)).save(buf, "PNG")
-    return buf.getvalue()
-
-
-def pdf(pages: int) -> bytes:
-    w = PdfWriter()
-    for _ in range(pages):
-        w.add_blank_page(width=200, height=200)
-    buf = io.BytesIO()
-    w.write(buf)
-    return buf.getvalue()
+def png(gray: int = 0) -> bytes:
+    """A small PNG of one gray level, so documents differ by content."""
+    return png_bytes(40, 20, (gray, gray, gray))
 
 
 def config(upstreams: list[Any], **lb: Any) -> dict[str, Any]:
-    return {"upstreams": upstreams,
-            "load_balance": {"mode": "round_robin", "max_attempts": 4, **lb},
-            "http": {"timeout_s": 10, "connect_timeout_s": 1, "request_deadline_s": 30},
-            "health": {"interval_s": 0.2, "timeout_s": 0.5}}
+    """The gateway tests' config, with 4 attempts and ``lb`` in ``load_balance``."""
+    return gateway_config(upstreams, load_balance={"max_attempts": 4, **lb})
 
 
 class Gateway:
@@ -70,7 +57,7 @@ def gateway(doubles: DoubleFleet) -> Iterator[Gateway]:
 
 def test_client_through_real_gateway(gateway: Gateway, tmp_path: Path) -> None:
     f = tmp_path / "three.pdf"
-    f.write_bytes(pdf(3))
+    f.write_bytes(pdf_bytes(3))
     with Client(gateway.url, trust_env=False) as c:
         r = c.ocr(f)
         assert r.pages == 3 and r.upstream and r.request_id and "double-" in r.text
@@ -80,18 +67,20 @@ def test_client_through_real_gateway(gateway: Gateway, tmp_path: Path) -> None:
     assert 400 <= ei.value.status < 500 and ei.value.attempts == 1 and ei.value.code
 
 
-def test_batch_through_real_gateway(gateway: Gateway, doubles: DoubleFleet, tmp_path: Path,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_batch_through_real_gateway(
+    gateway: Gateway, doubles: DoubleFleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src, out = tmp_path / "in", tmp_path / "out"
     (src / "a" / "b").mkdir(parents=True)
     (src / "one.png").write_bytes(png(10))
-    (src / "a" / "two.pdf").write_bytes(pdf(2))
+    (src / "a" / "two.pdf").write_bytes(pdf_bytes(2))
     (src / "a" / "b" / "three.png").write_bytes(png(200))
     # passes fleetctl's magic-byte check, but no image decoder can read it: the upstream
     # refuses it (4xx) and that must not stop the batch
     (src / "a" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
-    code = main(["ocr", str(src), "--out", str(out), "--gateway", gateway.url,
-                 "--no-progress", "-c", "3"])
+    code = main(
+        ["ocr", str(src), "--out", str(out), "--gateway", gateway.url, "--no-progress", "-c", "3"]
+    )
     assert code == 1
     got = sorted(str(p.relative_to(out)) for p in out.rglob("*.md"))
     assert got == ["a/b/three.md", "a/two.md", "one.md"]
@@ -117,8 +106,9 @@ def test_503_retry_after_from_real_gateway(doubles: DoubleFleet, tmp_path: Path)
 
         async def go() -> None:
             policy = RetryPolicy(max_attempts=10, max_retry_after=2)
-            async with AsyncClient(gw.url, retry=policy, on_retry=summary.on_retry,
-                                   trust_env=False) as c:
+            async with AsyncClient(
+                gw.url, retry=policy, on_retry=summary.on_retry, trust_env=False
+            ) as c:
                 await batch.run(jobs, c, concurrency=6, summary=summary, progress=False)
 
         asyncio.run(go())
@@ -128,27 +118,75 @@ def test_503_retry_after_from_real_gateway(doubles: DoubleFleet, tmp_path: Path)
     assert summary.retries >= 4  # 2 upstreams, no queue: 4 of the first 6 got 503
 
 
-def test_status_and_verify_with_real_gateway(doubles: DoubleFleet, tmp_path: Path,
-                                             fake_docker: FakeDocker,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_and_verify_with_real_gateway(
+    doubles: DoubleFleet,
+    tmp_path: Path,
+    fake_docker: FakeDocker,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with Server(fake_vllm()) as vllm:
-        ups = [{"url": d.url, "host": "local", "card": 0, "vllm": vllm.url,
-                "container": f"paddle-{d.port}-sim-0"} for d in doubles]
+        ups = [
+            {
+                "url": d.url,
+                "host": "local",
+                "card": 0,
+                "vllm": vllm.url,
+                "container": f"paddle-{d.port}-sim-0",
+            }
+            for d in doubles
+        ]
         gw = Gateway(config(ups))
         try:
-            paddlex = [{"port": d.port, "url": d.url, "container": f"paddle-{d.port}-sim-0",
-                        "start_command": "true"} for d in doubles]
-            topo = {"hosts": [{"name": "local", "address": "127.0.0.1", "accelerator": "sim",
-                               "cards": [{"card": 0, "vllm": [
-                                   {"port": vllm.port, "url": vllm.url, "paddlex": paddlex,
-                                    "container": f"vllm-sim-paddleocr-{vllm.port}-sim-0"}]}]}],
-                    "gateway": {"host": "local", "port": gw.server.port, "url": gw.url,
-                                "container": "paddleocr-fleet-gateway"}}
+            paddlex = [
+                {
+                    "port": d.port,
+                    "url": d.url,
+                    "container": f"paddle-{d.port}-sim-0",
+                    "start_command": "true",
+                }
+                for d in doubles
+            ]
+            topo = {
+                "hosts": [
+                    {
+                        "name": "local",
+                        "address": "127.0.0.1",
+                        "accelerator": "sim",
+                        "cards": [
+                            {
+                                "card": 0,
+                                "vllm": [
+                                    {
+                                        "port": vllm.port,
+                                        "url": vllm.url,
+                                        "paddlex": paddlex,
+                                        "container": f"vllm-sim-paddleocr-{vllm.port}-sim-0",
+                                    }
+                                ],
+                            }
+                        ],
+                    }
+                ],
+                "gateway": {
+                    "host": "local",
+                    "port": gw.server.port,
+                    "url": gw.url,
+                    "container": "paddleocr-fleet-gateway",
+                },
+            }
             outputs = tmp_path / "outputs.json"
             outputs.write_text(json.dumps({"gateway_url": gw.url, "topology": topo}))
             names = [f"paddle-{d.port}-sim-0" for d in doubles]
-            fake_docker.set_states({n: "running" for n in [
-                *names, f"vllm-sim-paddleocr-{vllm.port}-sim-0", "paddleocr-fleet-gateway"]})
+            fake_docker.set_states(
+                {
+                    n: "running"
+                    for n in [
+                        *names,
+                        f"vllm-sim-paddleocr-{vllm.port}-sim-0",
+                        "paddleocr-fleet-gateway",
+                    ]
+                }
+            )
             assert main(["status", "--outputs", str(outputs), "--json"]) == 0
             rows = json.loads(capsys.readouterr().out)["instances"]
             views = {r["port"]: r["gateway"] for r in rows}

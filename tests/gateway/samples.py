@@ -9,7 +9,9 @@ from PIL import Image
 from pypdf import PdfWriter
 
 
-def png_bytes(width: int = 40, height: int = 30, color: str = "white") -> bytes:
+def png_bytes(
+    width: int = 40, height: int = 30, color: str | tuple[int, int, int] = "white"
+) -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (width, height), color).save(buf, format="PNG")
     return buf.getvalue()

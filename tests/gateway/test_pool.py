@@ -1,4 +1,4 @@
-"""gateway.policies and gateway.pool: pure asyncio state, no HTTP."""
+"""gateway.policies, gateway.pool and gateway.central_queue: pure asyncio state, no HTTP."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import random
 
 import pytest
 
+from gateway.central_queue import QueueFull, QueueTimeout
 from gateway.metrics import GatewayMetrics
 from gateway.policies import make_policy
-from gateway.pool import Lease, NoUpstreamAvailable, QueueFull, QueueTimeout, UpstreamPool
+from gateway.pool import NoUpstreamAvailable, UpstreamPool
 from gateway.settings import POLICY_NAMES, parse_settings
+from gateway.upstream import Lease
 from tests.gateway.conftest import deep_merge
 
 

@@ -14,16 +14,28 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from PIL import Image, ImageDraw
+
+from components.render import PIPELINE_TEMPLATE
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "PaddleOCR-VL-1.5-0.9B"
 VLLM_FLAGS = [
-    "--served-model-name", MODEL, "--max-num-batched-tokens", "16384", "--trust-remote-code",
-    "--no-enable-prefix-caching", "--mm-processor-cache-gb", "0",
-    "--gpu-memory-utilization", "0.45",
-    "--compilation-config", '{"cudagraph_mode":"FULL_DECODE_ONLY"}',
-    "--additional_config", '{"enable_cpu_binding":true}',
+    "--served-model-name",
+    MODEL,
+    "--max-num-batched-tokens",
+    "16384",
+    "--trust-remote-code",
+    "--no-enable-prefix-caching",
+    "--mm-processor-cache-gb",
+    "0",
+    "--gpu-memory-utilization",
+    "0.45",
+    "--compilation-config",
+    '{"cudagraph_mode":"FULL_DECODE_ONLY"}',
+    "--additional_config",
+    '{"enable_cpu_binding":true}',
 ]
 
 
@@ -63,12 +75,13 @@ def paddlex_python() -> str | None:
     for python in filter(None, candidates):
         probe = subprocess.run(
             [python, "-c", "import paddlex.inference.serving.basic_serving"],
-            capture_output=True, timeout=60, check=False,
+            capture_output=True,
+            timeout=60,
+            check=False,
         )
         if probe.returncode == 0:
             return python
     return None
-
 
 
 class Processes:
@@ -80,20 +93,40 @@ class Processes:
 
     def start(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         """Run `argv` from the repository root with the repo on PYTHONPATH."""
-        full_env = {**os.environ, "PYTHONPATH": str(REPO),
-                    "PADDLE_PDX_CACHE_HOME": str(self.tmp_path / "paddlex-cache"), **(env or {})}
+        full_env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "PADDLE_PDX_CACHE_HOME": str(self.tmp_path / "paddlex-cache"),
+            **(env or {}),
+        }
         proc = subprocess.Popen(
-            argv, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            argv,
+            cwd=REPO,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
         )
         self.procs.append(proc)
         return proc
 
-    def vllm(self, port: int, load_seconds: float = 0.0, extra: list[str] | None = None
-             ) -> subprocess.Popen:
+    def vllm(
+        self, port: int, load_seconds: float = 0.0, extra: list[str] | None = None
+    ) -> subprocess.Popen:
         """Start the vLLM simulator with the fleet's launch flags on 127.0.0.1:port."""
-        argv = [sys.executable, "-m", "sim.vllm", "serve", f"/data/{MODEL}", *VLLM_FLAGS,
-                "--host", "127.0.0.1", "--port", str(port), *(extra or [])]
+        argv = [
+            sys.executable,
+            "-m",
+            "sim.vllm",
+            "serve",
+            f"/data/{MODEL}",
+            *VLLM_FLAGS,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *(extra or []),
+        ]
         return self.start(argv, {"VLLM_SIM_LOAD_SECONDS": str(load_seconds)})
 
     def stop_all(self) -> None:
@@ -109,28 +142,23 @@ class Processes:
                 proc.wait()
 
 
+def pipeline_config(
+    server_url: str, *, serving: dict[str, Any] | None = None, model_name: str = MODEL
+) -> dict[str, Any]:
+    """The project's pipeline template bound to `server_url` and `model_name`, with `serving`
+    as its Serving block (none when None).
 
-def pipeline_config(server_url: str, *, serving: dict[str, Any] | None = None,
-                    model_name: str = MODEL) -> dict[str, Any]:
-    """The seed's pipeline config bound to `server_url`, with an optional Serving block."""
-    config: dict[str, Any] = {
-        "pipeline_name": "PaddleOCR-VL-1.5", "batch_size": 128, "use_queues": True,
-        "use_doc_preprocessor": True, "use_layout_detection": True,
-        "use_chart_recognition": False, "use_seal_recognition": False,
-        "format_block_content": False, "merge_layout_blocks": True,
-        "SubModules": {
-            "LayoutDetection": {"module_name": "layout_detection", "model_name": "PP-DocLayoutV3",
-                                "model_dir": "/root/PP-DocLayoutV3", "batch_size": 32},
-            "VLRecognition": {"module_name": "vl_recognition", "model_name": model_name,
-                              "batch_size": 16384,
-                              "genai_config": {"backend": "vllm-server",
-                                               "server_url": server_url}},
-        },
-    }
+    >>> pipeline_config("http://127.0.0.1:9000/v1")["SubModules"]["VLRecognition"]["model_name"]
+    'PaddleOCR-VL-1.5-0.9B'
+    """
+    config: dict[str, Any] = yaml.safe_load(PIPELINE_TEMPLATE.read_text(encoding="utf-8"))
+    recognition = config["SubModules"]["VLRecognition"]
+    recognition["model_name"] = model_name
+    recognition["genai_config"]["server_url"] = server_url
+    config.pop("Serving", None)
     if serving is not None:
         config["Serving"] = serving
     return config
-
 
 
 def png_b64(width: int = 400, height: int = 300, text: str = "hello") -> str:

@@ -1,0 +1,95 @@
+"""One upstream's mutable state, the lease on it for one attempt, and the attempt outcomes.
+
+Outcomes: ``success``, ``client_error`` (upstream 4xx), ``server_error`` (5xx), ``timeout``,
+``connect_error``, ``reset`` (connection dropped, e.g. the uvicorn keep-alive reset after a
+500), ``protocol_error`` (unusable 200 body), ``truncated`` (PDF pages missing), ``cancelled``.
+``server_error``, ``timeout``, ``connect_error`` and ``protocol_error`` count towards passive
+ejection; ``reset``, ``truncated`` and ``cancelled`` are neutral; ``success`` and
+``client_error`` (the instance answered sensibly) reset the failure streak.
+
+Usage::
+
+    upstream = Upstream(spec=UpstreamSpec(url="http://a:8080"))
+    upstream.state(now=time.monotonic())  # "healthy"
+    lease = Lease(upstream=upstream, started=time.monotonic())
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from gateway.settings import UpstreamSpec
+
+OUTCOMES: tuple[str, ...] = (
+    "success",
+    "client_error",
+    "server_error",
+    "timeout",
+    "connect_error",
+    "reset",
+    "protocol_error",
+    "truncated",
+    "cancelled",
+)
+FAILURE_OUTCOMES = frozenset({"server_error", "timeout", "connect_error", "protocol_error"})
+GOOD_OUTCOMES = frozenset({"success", "client_error"})
+
+
+class PoolError(Exception):
+    """No upstream could be leased."""
+
+    retry_after: int | None = None
+
+
+@dataclass(eq=False)
+class Upstream:
+    """Mutable state of one upstream; kept across reloads while its URL stays configured."""
+
+    spec: UpstreamSpec
+    in_flight: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    consecutive_failures: int = 0
+    ejections: int = 0
+    ejection_level: int = 0
+    ejected_until: float = 0.0
+    probe_healthy: bool = True
+    probe_checked: bool = False
+    probe_successes: int = 0
+    probe_failures: int = 0
+    last_error: str | None = None
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=512))
+    ewma_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return self.spec.url
+
+    def is_ejected(self, now: float) -> bool:
+        return self.ejected_until > now
+
+    def state(self, now: float) -> str:
+        if self.is_ejected(now):
+            return "ejected"
+        return "healthy" if self.probe_healthy else "unhealthy"
+
+    def latency_ms(self) -> dict[str, float | None]:
+        values = sorted(self.latencies)
+        if not values:
+            return {"p50": None, "p99": None, "count": 0}
+
+        def pct(p: float) -> float:
+            return round(values[min(len(values) - 1, math.ceil(p * len(values)) - 1)] * 1000, 1)
+
+        return {"p50": pct(0.50), "p99": pct(0.99), "count": len(values)}
+
+
+@dataclass(eq=False)
+class Lease:
+    """The right to send one attempt to ``upstream``; release it exactly once."""
+
+    upstream: Upstream
+    started: float
+    queued_s: float = 0.0
+    released: bool = False
