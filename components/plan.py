@@ -52,6 +52,11 @@ class VllmInstance:
         return f"http://{self.host.address}:{self.port}"
 
     @property
+    def local_url(self) -> str:
+        """How the PaddleX containers of the same host reach it (host networking)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
     def label(self) -> str:
         return f"vLLM #{self.index + 1} of card {self.card} on host {self.host.name}"
 

@@ -73,7 +73,7 @@ def pipeline_config(settings: FleetSettings, paddlex: PaddlexInstance) -> dict[s
     recognition = modules["VLRecognition"]
     recognition["model_name"] = settings.served_model_name
     recognition["batch_size"] = settings.vl_batch_size
-    recognition["genai_config"]["server_url"] = f"{paddlex.vllm.url}/v1"
+    recognition["genai_config"]["server_url"] = f"{paddlex.vllm.local_url}/v1"
     config["SubPipelines"]["DocPreprocessor"]["batch_size"] = settings.doc_preprocessor_batch_size
     config["Serving"] = {"visualize": False, "extra": {"max_num_input_imgs": None}}
     return config
@@ -82,7 +82,7 @@ def pipeline_config(settings: FleetSettings, paddlex: PaddlexInstance) -> dict[s
 def pipeline_config_yaml(settings: FleetSettings, paddlex: PaddlexInstance) -> str:
     header = (
         f"# Rendered by paddleocr-fleet for {paddlex.container_name}: "
-        f"bound to {paddlex.vllm.container_name} ({paddlex.vllm.url}).\n"
+        f"bound to {paddlex.vllm.container_name} ({paddlex.vllm.local_url}).\n"
     )
     body = yaml.safe_dump(pipeline_config(settings, paddlex), sort_keys=False)
     return header + body

@@ -72,7 +72,7 @@ def test_pipeline_config_binds_to_its_vllm_and_lifts_the_page_limit(seed):
     for paddlex in plan.paddlex:
         config = yaml.safe_load(render.pipeline_config_yaml(settings, paddlex))
         genai = config["SubModules"]["VLRecognition"]["genai_config"]
-        assert genai == {"backend": "vllm-server", "server_url": f"{paddlex.vllm.url}/v1"}
+        assert genai == {"backend": "vllm-server", "server_url": f"{paddlex.vllm.local_url}/v1"}
         assert config["Serving"] == {"visualize": False, "extra": {"max_num_input_imgs": None}}
     config = yaml.safe_load(render.pipeline_config_yaml(settings, plan.card("local", 0).paddlex[4]))
     assert config["SubModules"]["VLRecognition"]["genai_config"]["server_url"] == (

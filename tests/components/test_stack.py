@@ -264,6 +264,16 @@ def test_two_hosts_of_different_kinds_each_on_its_own_provider():
         assert command.inputs["environment"] == {"DOCKER_HOST": expected}
     start = recording.named("gpu-b-card-0-paddlex-9120-start")
     assert "--device gpu" in start.inputs["create"]
+    paddlex = recording.named("gpu-b-card-0-paddlex-9150")
+    config = yaml.safe_load(paddlex.inputs["uploads"][0]["content"])
+    # PaddleX reaches its vLLM on its own host; the gateway and the probes use the address.
+    assert config["SubModules"]["VLRecognition"]["genai_config"]["server_url"] == (
+        "http://127.0.0.1:9035/v1"
+    )
+    assert (
+        "http://gpu-b.example:9025/v1/models"
+        in recording.named("gpu-b-card-0-vllm-9025-ready").inputs["create"]
+    )
     outputs = recording.outputs
     assert len(outputs["upstreams"]) == 18
     assert "http://gpu-b.example:9120" in outputs["upstreams"]

@@ -122,7 +122,7 @@ def test_each_pipeline_config_names_its_bound_vllm_inside_the_container(fleet):
             text=True,
             check=True,
         ).stdout
-        assert f"server_url: {paddlex.vllm.url}/v1" in config
+        assert f"server_url: {paddlex.vllm.local_url}/v1" in config
         assert "max_num_input_imgs: null" in config
 
 
