@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import re
 import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +24,7 @@ from PIL import Image
 from components.plan import build_plan
 from components.settings import load_settings
 from tests.e2e.engine import StandInEngine, temp_model_dir
-from tests.pulumi_harness import record_stack
+from tests.pulumi_harness import REPO, record_stack
 
 pytestmark = pytest.mark.docker
 
@@ -172,6 +174,59 @@ def test_every_paddlex_serves_and_answers_from_the_vllm_its_config_names(fleet):
     assert set(seen) == set(binding(fleet)), "some PaddleX instance never served"
     assert all(len(ports) == 1 for ports in seen.values()), seen
     assert {url: next(iter(ports)) for url, ports in seen.items()} == binding(fleet)
+
+
+def fleetctl(fleet: Fleet, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps(fleet.recording.outputs))
+    return subprocess.run(
+        [sys.executable, "-m", "fleetctl", *args[:1], "--outputs", str(outputs), *args[1:]],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_fleetctl_status_and_verify_see_a_healthy_fleet(fleet, tmp_path):
+    status = fleetctl(fleet, tmp_path, "status", "--json")
+    assert status.returncode == 0, status.stdout + status.stderr
+    rows = json.loads(status.stdout)
+    rows = rows["instances"] if isinstance(rows, dict) else rows
+    containers = {row["container"] for row in rows}
+    assert {p.container_name for p in fleet.plan.paddlex} <= containers
+    assert {v.container_name for v in fleet.plan.vllm} <= containers
+    verify = fleetctl(fleet, tmp_path, "verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_fleetctl_restarts_a_paddlex_and_batch_ocrs_a_folder(fleet, tmp_path):
+    paddlex = fleet.plan.paddlex[7]
+    restart = fleetctl(fleet, tmp_path, "restart", "paddlex", str(paddlex.port), "--wait", "120")
+    assert restart.returncode == 0, restart.stdout + restart.stderr
+    assert httpx.get(f"{paddlex.url}/health", timeout=5).status_code == 200
+    inbox = tmp_path / "inbox" / "2026"
+    inbox.mkdir(parents=True)
+    for i in range(3):
+        (inbox / f"scan-{i}.png").write_bytes(png_bytes())
+    (inbox / "contract.pdf").write_bytes(pdf_bytes(3))
+    out = tmp_path / "markdown"
+    batch = fleetctl(
+        fleet,
+        tmp_path,
+        "ocr",
+        str(tmp_path / "inbox"),
+        "--out",
+        str(out),
+        "--no-progress",
+        "--gateway",
+        fleet.gateway,
+    )
+    assert batch.returncode == 0, batch.stdout + batch.stderr
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.md"))
+    assert written == ["2026/contract.md", "2026/scan-0.md", "2026/scan-1.md", "2026/scan-2.md"]
+    assert "sim-vllm:" in (out / "2026" / "contract.md").read_text()
 
 
 def test_killing_a_paddlex_container_mid_traffic_costs_the_clients_nothing(fleet):
