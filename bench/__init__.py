@@ -1,0 +1,1 @@
+"""Benchmarks for paddleocr-fleet (never timed unit tests). See docs/benchmarks.md."""

@@ -1,0 +1,369 @@
+"""A fast, protocol-correct simulated PaddleX fleet in one asyncio process.
+
+Each instance behaves like ``paddlex --serve`` for what the gateway reads
+(``docs/paddlex-protocol.md`` section 1):
+
+- ``POST /layout-parsing`` runs ONE inference at a time; the rest wait in an unbounded FIFO with no
+  deadline.  The service time is the document's *work* (read from the PNG, see ``workload.py``)
+  times the instance's mean service time (slow instances have a 3-5x mean).
+- ``POST /restructure-pages`` and ``GET /health`` are cheap and do not wait in that queue.
+- Envelope ``{"logId","result":{...},"errorCode":0,"errorMsg":"Success"}``; errors
+  ``{"logId","errorCode":<status>,"errorMsg":...}``; 422 for base64 input without ``fileType``.
+
+Fault injection (admin port): ``refuse`` closes the listening socket and resets every open
+connection (a crashed process: connections are refused); ``hang`` keeps accepting but never
+answers anything again, ``/health`` included (a wedged process).  ``reset`` revives everything,
+drops all queued work and zeroes the counters.
+
+Run: ``python -m bench.fleet --spec '<FleetSpec json>'`` prints one JSON line
+``{"admin": port, "ports": [...], ...}`` once every port listens, then serves until SIGTERM or
+until its parent exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import binascii
+import json
+import os
+import random
+import signal
+import sys
+import uuid
+from collections import deque
+from dataclasses import dataclass
+
+from bench.minihttp import DropConnection, HttpRequest, HttpResponse, MiniServer
+from bench.workload import FleetSpec, InstanceSpec, parse_work
+
+
+def _err(status: int, msg: str) -> HttpResponse:
+    return HttpResponse.json(
+        status, {"logId": str(uuid.uuid4()), "errorCode": status, "errorMsg": msg}
+    )
+
+
+class Aborted(DropConnection):
+    """The instance crashed or was reset: drop the connection without an answer."""
+
+
+@dataclass
+class Job:
+    service_s: float
+    fut: asyncio.Future
+
+
+class Instance:
+    def __init__(self, spec: InstanceSpec, sigma: float, seed: int):
+        self.spec = spec
+        self.sigma = sigma
+        self.rng = random.Random(seed * 1000003 + spec.index)
+        self.server = MiniServer(self.handle)
+        self.queue: deque[Job] = deque()
+        self.wake = asyncio.Event()
+        self.state = "up"  # up | refuse | hang
+        self.worker: asyncio.Task | None = None
+        self.hang_forever: asyncio.Future | None = None
+        self.reset_stats()
+
+    def reset_stats(self) -> None:
+        self.received = 0
+        self.served = 0
+        self.max_depth = 0
+        self.busy_s = 0.0
+        self.unmarked = 0
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(self, port: int = 0) -> None:
+        await self.server.start(port)
+        self._start_worker()
+
+    def _start_worker(self) -> None:
+        if self.worker is None or self.worker.done():
+            self.worker = asyncio.create_task(self._work())
+
+    async def _work(self) -> None:
+        while True:
+            while not self.queue:
+                self.wake.clear()
+                await self.wake.wait()
+            job = self.queue[0]
+            if job.service_s > 0:
+                await asyncio.sleep(job.service_s)
+            self.queue.popleft()
+            self.busy_s += job.service_s
+            self.served += 1
+            if not job.fut.done():
+                job.fut.set_result(None)
+
+    # ------------------------------------------------------------------ faults
+    async def kill(self, mode: str) -> None:
+        if mode == "refuse":
+            self.state = "refuse"
+            await self.server.stop_listening()
+            self._drop_work()
+            self.server.abort_connections()
+        elif mode == "hang":
+            self.state = "hang"
+            if self.worker is not None:
+                self.worker.cancel()  # the inference in progress never finishes
+        else:
+            raise ValueError(mode)
+
+    def _drop_work(self) -> None:
+        if self.worker is not None:
+            self.worker.cancel()
+            self.worker = None
+        while self.queue:
+            job = self.queue.popleft()
+            if not job.fut.done():
+                job.fut.set_exception(Aborted())
+
+    async def reset(self) -> None:
+        self._drop_work()
+        self.server.abort_connections()
+        if self.hang_forever is not None and not self.hang_forever.done():
+            self.hang_forever.set_exception(Aborted())
+        self.hang_forever = None
+        if self.server.server is None:
+            await self.server.start(self.server.port)
+        self.state = "up"
+        self.reset_stats()
+        self._start_worker()
+
+    async def _hang(self) -> HttpResponse:
+        if self.hang_forever is None or self.hang_forever.done():
+            self.hang_forever = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self.hang_forever)
+        raise Aborted
+
+    # ------------------------------------------------------------------ protocol
+    async def handle(self, req: HttpRequest) -> HttpResponse:
+        if self.state == "hang":
+            return await self._hang()
+        path = req.path
+        if path == "/health":
+            if req.method != "GET":
+                return _err(405, "Method Not Allowed")
+            return HttpResponse.json(
+                200, {"logId": str(uuid.uuid4()), "errorCode": 0, "errorMsg": "Healthy"}
+            )
+        if path == "/layout-parsing":
+            if req.method != "POST":
+                return _err(405, "Method Not Allowed")
+            return await self._layout_parsing(req)
+        if path == "/restructure-pages":
+            if req.method != "POST":
+                return _err(405, "Method Not Allowed")
+            return self._restructure(req)
+        return _err(404, "Not Found")
+
+    def _draw_work(self) -> float:
+        mu = -0.5 * self.sigma * self.sigma
+        return self.rng.lognormvariate(mu, self.sigma) if self.sigma > 0 else 1.0
+
+    async def _layout_parsing(self, req: HttpRequest) -> HttpResponse:
+        try:
+            body = req.json()
+        except ValueError:
+            return _err(422, json.dumps([{"type": "json_invalid", "msg": "JSON decode error"}]))
+        if not isinstance(body, dict) or not isinstance(body.get("file"), str):
+            return _err(422, json.dumps([{"type": "missing", "loc": ["body", "file"]}]))
+        file = body["file"]
+        file_type = body.get("fileType")
+        if file_type not in (None, 0, 1):
+            return _err(422, json.dumps([{"type": "literal_error", "loc": ["body", "fileType"]}]))
+        is_url = file.startswith(("http://", "https://"))
+        if file_type is None and not is_url:
+            return _err(422, "File type cannot be determined")
+        work_id = None
+        if not is_url:
+            try:
+                raw = base64.b64decode(file, validate=False)
+            except (binascii.Error, ValueError):
+                return _err(500, "Internal server error")
+            work_id = parse_work(raw)
+        if work_id is None:
+            self.unmarked += 1
+            work, doc_id = self._draw_work(), -1
+        else:
+            work, doc_id = work_id
+        self.received += 1
+        fut = asyncio.get_running_loop().create_future()
+        self.queue.append(Job(work * self.spec.mean_s, fut))
+        self.max_depth = max(self.max_depth, len(self.queue))
+        self.wake.set()
+        await fut
+        if self.state == "hang":
+            return await self._hang()
+        n_pages = 1 if file_type == 1 or is_url else 2
+        text = f"bench document {doc_id} served by instance {self.spec.index}"
+        results = [
+            {
+                "prunedResult": {
+                    "page_count": n_pages if file_type == 0 else None,
+                    "width": 8,
+                    "height": 8,
+                    "model_settings": {"use_doc_preprocessor": False, "use_layout_detection": True},
+                    "parsing_res_list": [
+                        {
+                            "block_label": "text",
+                            "block_content": f"{text} page {p}",
+                            "block_bbox": [0, 0, 8, 8],
+                            "block_id": 0,
+                            "block_order": 1,
+                            "group_id": 0,
+                        }
+                    ],
+                },
+                "markdown": {"text": f"{text} page {p}", "images": {}},
+            }
+            for p in range(n_pages)
+        ]
+        if file_type == 0:
+            data_info = {
+                "numPages": n_pages,
+                "pages": [{"width": 8, "height": 8}] * n_pages,
+                "type": "pdf",
+            }
+        else:
+            data_info = {"width": 8, "height": 8, "type": "image"}
+        return HttpResponse.json(
+            200,
+            {
+                "logId": body.get("logId") or str(uuid.uuid4()),
+                "result": {"layoutParsingResults": results, "dataInfo": data_info},
+                "errorCode": 0,
+                "errorMsg": "Success",
+            },
+        )
+
+    def _restructure(self, req: HttpRequest) -> HttpResponse:
+        try:
+            body = req.json()
+        except ValueError:
+            return _err(422, "[]")
+        pages = body.get("pages") if isinstance(body, dict) else None
+        if not isinstance(pages, list):
+            return _err(422, json.dumps([{"type": "missing", "loc": ["body", "pages"]}]))
+        texts, results, images = [], [], {}
+        for page in pages:
+            pr = page.get("prunedResult") or {}
+            blocks = pr.get("parsing_res_list") or []
+            text = "\n\n".join(str(b.get("block_content", "")) for b in blocks)
+            texts.append(text)
+            mi = page.get("markdownImages")
+            if body.get("concatenatePages"):
+                if mi is None:  # the real server's dict.update(None)
+                    return _err(500, "Internal server error")
+                images.update(mi)
+            results.append({"prunedResult": pr, "markdown": {"text": text, "images": mi or {}}})
+        if body.get("concatenatePages"):
+            results = [
+                {
+                    "prunedResult": results[0]["prunedResult"] if results else {},
+                    "markdown": {"text": "\n\n".join(texts), "images": images},
+                }
+            ]
+        return HttpResponse.json(
+            200,
+            {
+                "logId": body.get("logId") or str(uuid.uuid4()),
+                "result": {"layoutParsingResults": results},
+                "errorCode": 0,
+                "errorMsg": "Success",
+            },
+        )
+
+    def stats(self) -> dict:
+        return {
+            "index": self.spec.index,
+            "port": self.port,
+            "mean_s": self.spec.mean_s,
+            "slow": self.spec.slow,
+            "state": self.state,
+            "received": self.received,
+            "served": self.served,
+            "queued": len(self.queue),
+            "max_depth": self.max_depth,
+            "busy_s": round(self.busy_s, 3),
+            "unmarked": self.unmarked,
+        }
+
+
+class Fleet:
+    def __init__(self, spec: FleetSpec):
+        self.spec = spec
+        self.instances = [Instance(s, spec.sigma, spec.seed) for s in spec.instances()]
+        self.admin = MiniServer(self._admin)
+
+    async def start(self) -> dict:
+        for inst in self.instances:
+            await inst.start()
+        await self.admin.start()
+        return self.describe()
+
+    def describe(self) -> dict:
+        return {
+            "admin": self.admin.port,
+            "ports": [i.port for i in self.instances],
+            "means": [i.spec.mean_s for i in self.instances],
+            "slow": [i.spec.index for i in self.instances if i.spec.slow],
+            "capacity_rps": self.spec.capacity_rps(),
+        }
+
+    async def _admin(self, req: HttpRequest) -> HttpResponse:
+        body = req.json() if req.body else {}
+        if req.path == "/_admin/kill":
+            for i in body["ids"]:
+                await self.instances[i].kill(body.get("mode", "refuse"))
+            return HttpResponse.json(200, {"killed": body["ids"], "mode": body.get("mode")})
+        if req.path == "/_admin/reset":
+            for inst in self.instances:
+                await inst.reset()
+            return HttpResponse.json(200, {"reset": len(self.instances)})
+        if req.path == "/_admin/stats":
+            return HttpResponse.json(200, {"instances": [i.stats() for i in self.instances]})
+        return HttpResponse.json(404, {"error": "unknown admin path"})
+
+
+async def _main(spec: FleetSpec) -> None:
+    fleet = Fleet(spec)
+    info = await fleet.start()
+    sys.stdout.write(json.dumps(info) + "\n")
+    sys.stdout.flush()
+    loop = asyncio.get_running_loop()
+    stop = loop.create_future()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+
+    parent = os.getppid()
+
+    async def watch_parent() -> None:  # never outlive the benchmark that started us
+        while not stop.done():
+            await asyncio.sleep(1.0)
+            if os.getppid() != parent and not stop.done():
+                stop.set_result(None)
+
+    watcher = asyncio.create_task(watch_parent())
+    await stop
+    watcher.cancel()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--spec", default="{}", help="FleetSpec fields as JSON")
+    args = ap.parse_args(argv)
+    d = json.loads(args.spec)
+    if "slow_factors" in d:
+        d["slow_factors"] = tuple(d["slow_factors"])
+    asyncio.run(_main(FleetSpec(**d)))
+
+
+if __name__ == "__main__":
+    main()

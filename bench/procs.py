@@ -1,0 +1,303 @@
+"""Subprocesses of the benchmark (the fleet, the gateway) and their CPU accounting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.minihttp import MiniClient
+from bench.workload import FleetSpec
+
+REPO = Path(__file__).resolve().parent.parent
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def cpu_seconds(pid: int, tree: bool = True) -> float:
+    """User+system CPU seconds of a process (and, with ``tree``, its live descendants)."""
+    total = 0.0
+    for p in _tree(pid) if tree else [pid]:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICK
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def _system_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    total = sum(vals[:8])
+    return float(total - idle), float(total)
+
+
+class CpuMeter:
+    """CPU use (in cores, 1.0 = one core busy) of named processes over a window, plus
+    ``other``: what the rest of the machine used meanwhile (someone else's tests, builds)."""
+
+    def __init__(self, pids: dict[str, int]):
+        self.pids = pids
+        # this process is the load generator; its children (fleet, gateway) are measured apart
+        self.tree = {k: p != os.getpid() for k, p in pids.items()}
+        self.t0 = time.monotonic()
+        self.c0 = {k: cpu_seconds(p, self.tree[k]) for k, p in pids.items()}
+        self.s0 = _system_busy()
+
+    def read(self) -> dict[str, float]:
+        dt = max(1e-6, time.monotonic() - self.t0)
+        out = {
+            k: round((cpu_seconds(p, self.tree[k]) - self.c0[k]) / dt, 3)
+            for k, p in self.pids.items()
+        }
+        busy, total = _system_busy()
+        if total > self.s0[1]:
+            cores = (busy - self.s0[0]) / (total - self.s0[1]) * (os.cpu_count() or 1)
+            ours = sum(out.values())
+            out["other"] = round(max(0.0, cores - ours), 3)
+        return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class FleetProc:
+    proc: subprocess.Popen
+    info: dict
+    client: MiniClient = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client = MiniClient("127.0.0.1", self.info["admin"])
+
+    @property
+    def ports(self) -> list[int]:
+        return self.info["ports"]
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{p}" for p in self.ports]
+
+    async def admin(self, path: str, body: dict | None = None) -> dict:
+        status, _, data = await self.client.request("POST", path, json.dumps(body or {}).encode())
+        if status != 200:
+            raise RuntimeError(f"fleet admin {path}: {status} {data[:200]!r}")
+        return json.loads(data)
+
+    async def reset(self) -> None:
+        await self.admin("/_admin/reset")
+
+    async def kill(self, ids: list[int], mode: str) -> None:
+        await self.admin("/_admin/kill", {"ids": ids, "mode": mode})
+
+    async def stats(self) -> list[dict]:
+        return (await self.admin("/_admin/stats"))["instances"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_fleet(spec: FleetSpec) -> FleetProc:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.fleet", "--spec", json.dumps(spec.to_dict())],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(5)
+        raise RuntimeError(f"fleet did not start (exit {proc.returncode})")
+    return FleetProc(proc, json.loads(line))
+
+
+def gateway_config(
+    urls: list[str], mode: str, extra: dict | None = None, means: list[float] | None = None
+) -> dict:
+    """The gateway config for ``mode``, in the format of docs/architecture.md.
+
+    Upstreams carry their topology (host/card/vllm), 3 PaddleX per vLLM and 2 vLLM per card as in
+    the seed's matrix, so topology-aware policies have something to read.
+    """
+    ups = []
+    for i, u in enumerate(urls):
+        card = i // 6
+        vllm = 9025 + card + ((i % 6) // 3) * 10
+        ups.append(
+            {
+                "url": u,
+                "host": "local",
+                "card": card,
+                "vllm": f"http://127.0.0.1:{vllm}",
+                "container": f"paddle-bench-{i}",
+            }
+        )
+    cfg = {
+        "upstreams": ups,
+        "load_balance": {"mode": mode, "max_attempts": 12},
+        "http": {
+            "timeout_s": 300,
+            "pool_max_connections": 1000,
+            "pool_max_keepalive_connections": 500,
+        },
+        "postprocess": {
+            "strip_images": True,
+            "remove_repeated_hui": {"enabled": True, "min_repeats": 2},
+        },
+    }
+    for k, v in (extra or {}).items():
+        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+            cfg[k] = {**cfg[k], **v}
+        else:
+            cfg[k] = v
+    return cfg
+
+
+@dataclass
+class GatewayProc:
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+    config_path: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:  # no need for a graceful drain: the run is over and measured
+                self.proc.wait(0.3)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+def snapshot_gateway(workdir: Path) -> Path:
+    """Copy ``gateway/`` into ``workdir/src`` and return that folder.
+
+    Every gateway of one run starts from this copy, so a run measures one version of the gateway
+    even while someone edits the tree.
+    """
+    src = workdir / "src"
+    if src.exists():
+        shutil.rmtree(src)
+    shutil.copytree(
+        REPO / "gateway", src / "gateway", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    return src
+
+
+def gateway_import_error(src: Path) -> str | None:
+    """None if ``python -m gateway`` can import from ``src``; else the error's last lines."""
+    r = subprocess.run(
+        [sys.executable, "-c", "import gateway.__main__"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(src)},
+        timeout=60,
+    )
+    if r.returncode == 0:
+        return None
+    return "\n".join((r.stderr or r.stdout).strip().splitlines()[-3:])
+
+
+async def start_gateway(
+    cfg: dict, workdir: Path, name: str, timeout_s: float = 30.0, src: Path | None = None
+) -> GatewayProc:
+    workdir.mkdir(parents=True, exist_ok=True)
+    cfg_path = workdir / f"gateway-{name}.json"
+    cfg_path.write_text(json.dumps(cfg, indent=1))
+    log_path = workdir / f"gateway-{name}.log"
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "--config",
+                str(cfg_path),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            cwd=src or REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    gw = GatewayProc(proc, port, log_path, cfg_path)
+    client = MiniClient("127.0.0.1", port)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gateway exited {proc.returncode}:\n{gw.log_tail()}")
+        try:
+            status, _, _ = await client.request("GET", "/health")
+            if status == 200:
+                await client.close()
+                return gw
+        except OSError:
+            pass
+        except Exception:
+            pass
+        await asyncio.sleep(0.1)
+    gw.stop()
+    raise RuntimeError(f"gateway not healthy after {timeout_s}s:\n{gw.log_tail()}")
+
+
+def tmpdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="bench-balancing-"))
