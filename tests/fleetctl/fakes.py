@@ -33,10 +33,14 @@ def expected_text(name: str, data: bytes) -> str:
     return f"# {name}\n\nsha256 {hashlib.sha256(data).hexdigest()}\n"
 
 
-def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None
-           ) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message},
-                         "request_id": uuid.uuid4().hex}, status_code=status, headers=headers)
+def _error(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"code": code, "message": message}, "request_id": uuid.uuid4().hex},
+        status_code=status,
+        headers=headers,
+    )
 
 
 def fake_gateway(delay: float = 0.0, upstreams: list[dict[str, Any]] | None = None) -> FastAPI:
@@ -60,17 +64,25 @@ def fake_gateway(delay: float = 0.0, upstreams: list[dict[str, Any]] | None = No
         if m and app.state.seen[sha] <= int(m.group(1)):
             return _error(503, "overloaded", "queue full", {"Retry-After": "1"})
         pages = 2 if data.startswith(b"%PDF") else 1
-        return JSONResponse({"text": expected_text(name, data), "upstream": "http://fake:1",
-                             "attempts": 1, "pages": pages, "request_id": uuid.uuid4().hex,
-                             "elapsed_s": 0.01})
+        return JSONResponse(
+            {
+                "text": expected_text(name, data),
+                "upstream": "http://fake:1",
+                "attempts": 1,
+                "pages": pages,
+                "request_id": uuid.uuid4().hex,
+                "elapsed_s": 0.01,
+            }
+        )
 
     @app.post("/ocr")
     async def ocr(request: Request) -> Response:
         body = await request.json()
         keys = [k for k in ("base64", "url", "data_url", "local_path") if body.get(k)]
         if len(keys) != 1:
-            return _error(422, "invalid_request",
-                          "give exactly one of base64/url/data_url/local_path")
+            return _error(
+                422, "invalid_request", "give exactly one of base64/url/data_url/local_path"
+            )
         key = keys[0]
         if key == "base64":
             return await answer("/ocr", "base64", base64.b64decode(body["base64"]))
@@ -117,10 +129,17 @@ def fake_paddlex() -> FastAPI:
     async def parse(request: Request) -> dict[str, Any]:
         body = await request.json()
         app.state.bodies.append(body)
-        return {"logId": uuid.uuid4().hex, "errorCode": 0, "errorMsg": "Success",
-                "result": {"layoutParsingResults": [
-                    {"prunedResult": {}, "markdown": {"text": "fake text", "images": {}}}],
-                    "dataInfo": {"width": 96, "height": 32, "type": "image"}}}
+        return {
+            "logId": uuid.uuid4().hex,
+            "errorCode": 0,
+            "errorMsg": "Success",
+            "result": {
+                "layoutParsingResults": [
+                    {"prunedResult": {}, "markdown": {"text": "fake text", "images": {}}}
+                ],
+                "dataInfo": {"width": 96, "height": 32, "type": "image"},
+            },
+        }
 
     return app
 
@@ -143,8 +162,9 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = uvicorn.Config(app, log_level="warning", lifespan="off")
         self.server = uvicorn.Server(cfg)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
 
     def start(self) -> Server:
         self.thread.start()

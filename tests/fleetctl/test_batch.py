@@ -41,8 +41,9 @@ def run_cli(*args: str) -> int:
     return main(["ocr", *args, "--no-progress"])
 
 
-def test_tree_mapping_report_and_resume(gateway: Server, tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_tree_mapping_report_and_resume(
+    gateway: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src, out = tmp_path / "in", tmp_path / "out"
     files = make_tree(src)
     single = tmp_path / "loose" / "single.jpeg"
@@ -92,28 +93,30 @@ def test_503_retry_inside_a_batch(gateway: Server, tmp_path: Path) -> None:
     src.mkdir()
     for i in range(4):
         (src / f"{i}.png").write_bytes(doc(PNG, "BUSY1" if i == 2 else str(i)))
-    assert run_cli(str(src), "--out", str(tmp_path / "o"), "--gateway", gateway.url,
-                   "-c", "2") == 0
+    assert run_cli(str(src), "--out", str(tmp_path / "o"), "--gateway", gateway.url, "-c", "2") == 0
     assert len(list((tmp_path / "o").glob("*.md"))) == 4
     assert len(gateway.app.state.requests) == 5
 
 
-def test_unknown_inputs_and_missing_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_inputs_and_missing_gateway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("FLEETCTL_GATEWAY", raising=False)
     monkeypatch.delenv("FLEETCTL_OUTPUTS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi
     assert run_cli(str(tmp_path), "--out", str(tmp_path / "o")) == 2
     assert "no gateway URL" in capsys.readouterr().err
     with Server(fake_gateway()) as gw:
-        assert run_cli(str(tmp_path / "nope"), "--out", str(tmp_path / "o"),
-                       "--gateway", gw.url) == 1
+        assert (
+            run_cli(str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "--gateway", gw.url) == 1
+        )
     rep = (tmp_path / "o" / batch.REPORT_NAME).read_text()
     assert '"status": "missing"' in rep
 
 
-def test_atomic_write_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                             ) -> None:
+def test_atomic_write_leaves_no_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = tmp_path / "x" / "a.md"
 
     def boom(fd: int) -> None:
@@ -134,12 +137,28 @@ def test_resume_after_sigint(tmp_path: Path) -> None:
         p.parent.mkdir(parents=True, exist_ok=True)
         files[p] = doc(PNG, str(i))
         p.write_bytes(files[p])
-    cmd = [sys.executable, "-m", "fleetctl", "ocr", str(src), "--out", str(out), "-c", "2",
-           "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fleetctl",
+        "ocr",
+        str(src),
+        "--out",
+        str(out),
+        "-c",
+        "2",
+        "--no-progress",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with Server(fake_gateway(delay=0.15)) as gw:
-        proc = subprocess.Popen([*cmd, "--gateway", gw.url], cwd=REPO, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [*cmd, "--gateway", gw.url],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 30
         while len(list(out.rglob("*.md"))) < 4:
             assert time.monotonic() < deadline and proc.poll() is None
@@ -156,8 +175,14 @@ def test_resume_after_sigint(tmp_path: Path) -> None:
             assert md.read_text() == expected_text(rel.name, files[src / rel])
         asked_before = len(gw.app.state.requests)
         gw.app.state.delay = 0
-        second = subprocess.run([*cmd, "--gateway", gw.url], cwd=REPO, env=env,
-                                capture_output=True, text=True, timeout=60)
+        second = subprocess.run(
+            [*cmd, "--gateway", gw.url],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert second.returncode == 0, second.stderr
         asked = [name for _, name, _ in gw.app.state.requests[asked_before:]]
     assert len(asked) == n - len(first)

@@ -83,8 +83,9 @@ def test_transport_errors_back_off_until_the_server_comes_up() -> None:
     retries: list[tuple[int, float, str]] = []
     policy = RetryPolicy(max_attempts=10, backoff_base=0.1, backoff_max=0.4)
     try:
-        with Client(f"http://127.0.0.1:{port}", retry=policy,
-                    on_retry=lambda *a: retries.append(a)) as c:
+        with Client(
+            f"http://127.0.0.1:{port}", retry=policy, on_retry=lambda *a: retries.append(a)
+        ) as c:
             r = c.ocr(doc(PNG))
         assert r.client_attempts >= 2 and retries
         assert all("transport error" in m for _, _, m in retries)

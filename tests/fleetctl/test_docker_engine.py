@@ -33,8 +33,12 @@ def _docker_ok() -> str | None:
         return "no docker CLI"
     if subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0:
         return "no Docker engine answers (run .ci/docker-up.sh)"
-    if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True,
-                      check=False).returncode != 0:
+    if (
+        subprocess.run(
+            ["docker", "image", "inspect", IMAGE], capture_output=True, check=False
+        ).returncode
+        != 0
+    ):
         return f"image {IMAGE} not built (sim/base/build.sh)"
     return None
 
@@ -46,23 +50,56 @@ def container() -> Iterator[tuple[str, int]]:
         pytest.skip(why)
     port = free_port()
     name = f"fleetctl-test-paddle-{port}-{uuid.uuid4().hex[:6]}"
-    subprocess.run(["docker", "create", "--init", "--name", name, "--network", "host", IMAGE,
-                    "sleep", "infinity"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "docker",
+            "create",
+            "--init",
+            "--name",
+            name,
+            "--network",
+            "host",
+            IMAGE,
+            "sleep",
+            "infinity",
+        ],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield name, port
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
 
 
-def test_start_all_status_restart_logs(container: tuple[str, int], tmp_path: Path,
-                                       capfd: pytest.CaptureFixture[str]) -> None:
+def test_start_all_status_restart_logs(
+    container: tuple[str, int], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     name, port = container
     start = f"docker exec -d {name} python3 -c '{SERVER.replace('PORT', str(port))}'"
-    topo = {"hosts": [{"name": "local", "address": "127.0.0.1", "accelerator": "sim",
-                       "cards": [{"card": 0, "vllm": [{"port": free_port(), "container": name,
-                                                       "paddlex": [{"port": port,
-                                                                    "container": name,
-                                                                    "start_command": start}]}]}]}]}
+    topo = {
+        "hosts": [
+            {
+                "name": "local",
+                "address": "127.0.0.1",
+                "accelerator": "sim",
+                "cards": [
+                    {
+                        "card": 0,
+                        "vllm": [
+                            {
+                                "port": free_port(),
+                                "container": name,
+                                "paddlex": [
+                                    {"port": port, "container": name, "start_command": start}
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps({"topology": topo}))
     common = ["--outputs", str(outputs), "--kind", "paddlex"]

@@ -27,15 +27,36 @@ class Fleet:
         self.p2_port = free_port()  # nothing listens: PaddleX down
         self.gw = Server(fake_gateway()).start()
         ups = [
-            {"url": self.p1.url, "host": "local", "card": 0, "vllm": self.v1.url,
-             "container": self.c("paddle", self.p1.port, "npu-0"), "state": "healthy",
-             "in_flight": 2, "requests": {}},
-            {"url": f"http://127.0.0.1:{self.p2_port}", "host": "local", "card": 0,
-             "vllm": self.v1.url, "container": self.c("paddle", self.p2_port, "npu-0"),
-             "state": "ejected", "in_flight": 0, "requests": {}},
-            {"url": self.p3.url, "host": "gpu2", "card": 1, "vllm": self.v2.url,
-             "container": self.c("paddle", self.p3.port, "gpu-1"), "state": "healthy",
-             "in_flight": 0, "requests": {}},
+            {
+                "url": self.p1.url,
+                "host": "local",
+                "card": 0,
+                "vllm": self.v1.url,
+                "container": self.c("paddle", self.p1.port, "npu-0"),
+                "state": "healthy",
+                "in_flight": 2,
+                "requests": {},
+            },
+            {
+                "url": f"http://127.0.0.1:{self.p2_port}",
+                "host": "local",
+                "card": 0,
+                "vllm": self.v1.url,
+                "container": self.c("paddle", self.p2_port, "npu-0"),
+                "state": "ejected",
+                "in_flight": 0,
+                "requests": {},
+            },
+            {
+                "url": self.p3.url,
+                "host": "gpu2",
+                "card": 1,
+                "vllm": self.v2.url,
+                "container": self.c("paddle", self.p3.port, "gpu-1"),
+                "state": "healthy",
+                "in_flight": 0,
+                "requests": {},
+            },
         ]
         self.gw.app.state.upstreams = ups
 
@@ -45,38 +66,87 @@ class Fleet:
 
     def paddlex(self, port: int, dev: str) -> dict[str, Any]:
         name = self.c("paddle", port, dev)
-        return {"port": port, "url": f"http://127.0.0.1:{port}", "container": name,
-                "pipeline_config": f"/etc/paddleocr-fleet/pipeline_config_vllm-{port}.yaml",
-                "log": f"/data/logs/paddle-{port}.log",
-                "start_command": f"docker exec -d {name} bash -c 'paddlex --serve --port {port}'"}
+        return {
+            "port": port,
+            "url": f"http://127.0.0.1:{port}",
+            "container": name,
+            "pipeline_config": f"/etc/paddleocr-fleet/pipeline_config_vllm-{port}.yaml",
+            "log": f"/data/logs/paddle-{port}.log",
+            "start_command": f"docker exec -d {name} bash -c 'paddlex --serve --port {port}'",
+        }
 
     def outputs(self) -> dict[str, Any]:
         v1, v2 = self.v1.port, self.v2.port
         hosts = [
-            {"name": "local", "address": "127.0.0.1", "docker_host": None,
-             "accelerator": "ascend", "cards": [{"card": 0, "vllm": [
-                 {"port": v1, "url": self.v1.url, "log": f"/data/logs/vllm-{v1}.log",
-                  "container": self.c("vllm-ascend-paddleocr", v1, "npu-0"),
-                  "paddlex": [self.paddlex(self.p1.port, "npu-0"),
-                              self.paddlex(self.p2_port, "npu-0")]}]}]},
-            {"name": "gpu2", "address": "127.0.0.1", "docker_host": "tcp://gpu2:2375",
-             "accelerator": "nvidia", "cards": [{"card": 1, "vllm": [
-                 {"port": v2, "url": self.v2.url, "log": f"/data/logs/vllm-{v2}.log",
-                  "container": self.c("vllm-paddleocr", v2, "gpu-1"),
-                  "paddlex": [self.paddlex(self.p3.port, "gpu-1")]}]}]},
+            {
+                "name": "local",
+                "address": "127.0.0.1",
+                "docker_host": None,
+                "accelerator": "ascend",
+                "cards": [
+                    {
+                        "card": 0,
+                        "vllm": [
+                            {
+                                "port": v1,
+                                "url": self.v1.url,
+                                "log": f"/data/logs/vllm-{v1}.log",
+                                "container": self.c("vllm-ascend-paddleocr", v1, "npu-0"),
+                                "paddlex": [
+                                    self.paddlex(self.p1.port, "npu-0"),
+                                    self.paddlex(self.p2_port, "npu-0"),
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+            {
+                "name": "gpu2",
+                "address": "127.0.0.1",
+                "docker_host": "tcp://gpu2:2375",
+                "accelerator": "nvidia",
+                "cards": [
+                    {
+                        "card": 1,
+                        "vllm": [
+                            {
+                                "port": v2,
+                                "url": self.v2.url,
+                                "log": f"/data/logs/vllm-{v2}.log",
+                                "container": self.c("vllm-paddleocr", v2, "gpu-1"),
+                                "paddlex": [self.paddlex(self.p3.port, "gpu-1")],
+                            }
+                        ],
+                    }
+                ],
+            },
         ]
-        return {"upstreams": [self.p1.url, f"http://127.0.0.1:{self.p2_port}", self.p3.url],
-                "vllm_endpoints": [self.v1.url, self.v2.url], "gateway_url": self.gw.url,
-                "topology": {"hosts": hosts, "gateway": {
-                    "host": "local", "port": self.gw.port, "url": self.gw.url,
+        return {
+            "upstreams": [self.p1.url, f"http://127.0.0.1:{self.p2_port}", self.p3.url],
+            "vllm_endpoints": [self.v1.url, self.v2.url],
+            "gateway_url": self.gw.url,
+            "topology": {
+                "hosts": hosts,
+                "gateway": {
+                    "host": "local",
+                    "port": self.gw.port,
+                    "url": self.gw.url,
                     "container": "paddleocr-fleet-gateway",
-                    "config_path": "/etc/paddleocr-fleet/gateway.json"}}}
+                    "config_path": "/etc/paddleocr-fleet/gateway.json",
+                },
+            },
+        }
 
     def containers(self) -> list[str]:
-        return [self.c("vllm-ascend-paddleocr", self.v1.port, "npu-0"),
-                self.c("paddle", self.p1.port, "npu-0"), self.c("paddle", self.p2_port, "npu-0"),
-                self.c("vllm-paddleocr", self.v2.port, "gpu-1"),
-                self.c("paddle", self.p3.port, "gpu-1"), "paddleocr-fleet-gateway"]
+        return [
+            self.c("vllm-ascend-paddleocr", self.v1.port, "npu-0"),
+            self.c("paddle", self.p1.port, "npu-0"),
+            self.c("paddle", self.p2_port, "npu-0"),
+            self.c("vllm-paddleocr", self.v2.port, "gpu-1"),
+            self.c("paddle", self.p3.port, "gpu-1"),
+            "paddleocr-fleet-gateway",
+        ]
 
     def stop(self) -> None:
         for s in (self.v1, self.v2, self.p1, self.p3, self.gw):
@@ -91,8 +161,9 @@ def fleet() -> Iterator[Fleet]:
 
 
 @pytest.fixture
-def outputs(fleet: Fleet, tmp_path: Path, fake_docker: FakeDocker,
-            monkeypatch: pytest.MonkeyPatch) -> Path:
+def outputs(
+    fleet: Fleet, tmp_path: Path, fake_docker: FakeDocker, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     p = tmp_path / "outputs.json"
     p.write_text(json.dumps(fleet.outputs()))
     fake_docker.set_states({n: "running" for n in fleet.containers()})
@@ -107,8 +178,9 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any]:
     return code, json.loads(capsys.readouterr().out)
 
 
-def test_status(fleet: Fleet, outputs: Path, fake_docker: FakeDocker,
-                capsys: pytest.CaptureFixture[str]) -> None:
+def test_status(
+    fleet: Fleet, outputs: Path, fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
     states = {n: "running" for n in fleet.containers()}
     states[fleet.c("vllm-paddleocr", fleet.v2.port, "gpu-1")] = "exited"
     fake_docker.set_states(states)
@@ -128,15 +200,19 @@ def test_status(fleet: Fleet, outputs: Path, fake_docker: FakeDocker,
     inspects = [c for c in fake_docker.calls() if c["argv"][0] == "inspect"]
     by_host = {c["docker_host"]: c["argv"] for c in inspects}
     assert len(inspects) == 2
-    assert by_host["tcp://gpu2:2375"] == ["inspect", "--type", "container",
-                                          fleet.c("vllm-paddleocr", fleet.v2.port, "gpu-1"),
-                                          fleet.c("paddle", fleet.p3.port, "gpu-1")]
+    assert by_host["tcp://gpu2:2375"] == [
+        "inspect",
+        "--type",
+        "container",
+        fleet.c("vllm-paddleocr", fleet.v2.port, "gpu-1"),
+        fleet.c("paddle", fleet.p3.port, "gpu-1"),
+    ]
     assert "paddleocr-fleet-gateway" in by_host["unix:///run/env-docker.sock"]
 
 
 def test_status_selection_table_and_missing_container(
-        fleet: Fleet, outputs: Path, fake_docker: FakeDocker,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    fleet: Fleet, outputs: Path, fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["status", "--port", str(fleet.p1.port)]) == 0
     out = capsys.readouterr().out
     assert "fleet status" in out and "1/1 healthy" in out
@@ -148,9 +224,12 @@ def test_status_selection_table_and_missing_container(
     assert [r["container_state"] for r in data["instances"]] == ["missing"] and code == 1
 
 
-def test_unknown_port_and_no_topology(outputs: Path, tmp_path: Path,
-                                      monkeypatch: pytest.MonkeyPatch,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_port_and_no_topology(
+    outputs: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert main(["status", "--port", "1"]) == 2
     err = capsys.readouterr().err
     assert "unknown port 1; known ports: vllm" in err and "paddlex" in err
@@ -184,32 +263,38 @@ def test_verify(fleet: Fleet, outputs: Path, capsys: pytest.CaptureFixture[str])
     assert main(["verify", "--port", f"{fleet.v1.port},{fleet.p1.port}"]) == 0
 
 
-def test_restart_paddlex_reruns_start_command(fleet: Fleet, outputs: Path,
-                                              fake_docker: FakeDocker,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_restart_paddlex_reruns_start_command(
+    fleet: Fleet, outputs: Path, fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
     name = fleet.c("paddle", fleet.p3.port, "gpu-1")
     assert main(["restart", "paddlex", str(fleet.p3.port), "--wait", "5"]) == 0
     calls = fake_docker.calls()
     assert [c["argv"] for c in calls] == [
         ["restart", name],
-        ["exec", "-d", name, "bash", "-c", f"paddlex --serve --port {fleet.p3.port}"]]
+        ["exec", "-d", name, "bash", "-c", f"paddlex --serve --port {fleet.p3.port}"],
+    ]
     assert {c["docker_host"] for c in calls} == {"tcp://gpu2:2375"}
     out = capsys.readouterr().out
     assert "docker restart" in out and ": ok" in out
 
 
-def test_restart_vllm_and_wait_failure(fleet: Fleet, outputs: Path, fake_docker: FakeDocker,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_restart_vllm_and_wait_failure(
+    fleet: Fleet, outputs: Path, fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["restart", "vllm", str(fleet.v1.port), "--no-wait"]) == 0
     assert fake_docker.calls() == [
-        {"argv": ["restart", fleet.c("vllm-ascend-paddleocr", fleet.v1.port, "npu-0")],
-         "docker_host": "unix:///run/env-docker.sock"}]
+        {
+            "argv": ["restart", fleet.c("vllm-ascend-paddleocr", fleet.v1.port, "npu-0")],
+            "docker_host": "unix:///run/env-docker.sock",
+        }
+    ]
     # a PaddleX that never comes up: non-zero exit after the wait
     assert main(["restart", "paddlex", str(fleet.p2_port), "--wait", "0.5"]) == 1
 
 
-def test_logs(fleet: Fleet, outputs: Path, fake_docker: FakeDocker,
-              capfd: pytest.CaptureFixture[str]) -> None:
+def test_logs(
+    fleet: Fleet, outputs: Path, fake_docker: FakeDocker, capfd: pytest.CaptureFixture[str]
+) -> None:
     v = fleet.c("vllm-ascend-paddleocr", fleet.v1.port, "npu-0")
     assert main(["logs", "vllm", str(fleet.v1.port), "-n", "50"]) == 0
     out, err = capfd.readouterr()
@@ -219,15 +304,24 @@ def test_logs(fleet: Fleet, outputs: Path, fake_docker: FakeDocker,
     p1 = fleet.c("paddle", fleet.p1.port, "npu-0")
     calls = fake_docker.calls()
     assert calls[0]["argv"] == ["logs", "--tail", "50", v]
-    assert calls[1] == {"argv": ["logs", "--tail", "100", "-f",
-                                 fleet.c("paddle", fleet.p3.port, "gpu-1")],
-                        "docker_host": "tcp://gpu2:2375"}
-    assert calls[2]["argv"] == ["exec", p1, "tail", "-n", "5", "-F",
-                                f"/data/logs/paddle-{fleet.p1.port}.log"]
+    assert calls[1] == {
+        "argv": ["logs", "--tail", "100", "-f", fleet.c("paddle", fleet.p3.port, "gpu-1")],
+        "docker_host": "tcp://gpu2:2375",
+    }
+    assert calls[2]["argv"] == [
+        "exec",
+        p1,
+        "tail",
+        "-n",
+        "5",
+        "-F",
+        f"/data/logs/paddle-{fleet.p1.port}.log",
+    ]
 
 
-def test_npu(fleet: Fleet, outputs: Path, fake_docker: FakeDocker,
-             capsys: pytest.CaptureFixture[str]) -> None:
+def test_npu(
+    fleet: Fleet, outputs: Path, fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["npu", "--host", "local"]) == 0  # npu-smi not here: via the vLLM container
     out = capsys.readouterr().out
     assert "npu-smi 24.1.0" in out and "via docker exec" in out
@@ -235,12 +329,15 @@ def test_npu(fleet: Fleet, outputs: Path, fake_docker: FakeDocker,
     out = capsys.readouterr().out
     assert "nvidia-smi is not available on gpu2" in out
     execs = [c for c in fake_docker.calls() if c["argv"][0] == "exec"]
-    assert execs[-1] == {"argv": ["exec", fleet.c("vllm-paddleocr", fleet.v2.port, "gpu-1"),
-                                  "nvidia-smi"], "docker_host": "tcp://gpu2:2375"}
+    assert execs[-1] == {
+        "argv": ["exec", fleet.c("vllm-paddleocr", fleet.v2.port, "gpu-1"), "nvidia-smi"],
+        "docker_host": "tcp://gpu2:2375",
+    }
 
 
-def test_start_all(fleet: Fleet, outputs: Path, fake_docker: FakeDocker,
-                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_start_all(
+    fleet: Fleet, outputs: Path, fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
     states = {n: "running" for n in fleet.containers()}
     v1 = fleet.c("vllm-ascend-paddleocr", fleet.v1.port, "npu-0")
     p2 = fleet.c("paddle", fleet.p2_port, "npu-0")
@@ -249,8 +346,11 @@ def test_start_all(fleet: Fleet, outputs: Path, fake_docker: FakeDocker,
     # p2 never answers /health, so the final wait fails -> exit 1
     assert main(["start-all", "--wait", "0.5"]) == 1
     acts = [c["argv"] for c in fake_docker.calls() if c["argv"][0] != "inspect"]
-    assert acts == [["start", v1], ["start", p2],
-                    ["exec", "-d", p2, "bash", "-c", f"paddlex --serve --port {fleet.p2_port}"]]
+    assert acts == [
+        ["start", v1],
+        ["start", p2],
+        ["exec", "-d", p2, "bash", "-c", f"paddlex --serve --port {fleet.p2_port}"],
+    ]
     # healthy PaddleX (p1, p3) were left alone
     assert main(["start-all", "--card", "1", "--no-wait"]) == 0
     assert "nothing to start" in capsys.readouterr().out

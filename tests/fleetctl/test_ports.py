@@ -15,12 +15,29 @@ from tests.fleetctl.fakes import Server, fake_paddlex, fake_vllm, free_port
 
 
 def outputs(tmp_path: Path, vllm: list[int], paddlex: list[int]) -> Path:
-    pdx = [{"port": p, "container": f"paddle-{p}-sim-0", "start_command": "true"}
-           for p in paddlex]
-    topo = {"hosts": [{"name": "local", "address": "127.0.0.1", "accelerator": "sim",
-                       "cards": [{"card": 0, "vllm": [
-                           {"port": v, "container": f"vllm-sim-paddleocr-{v}-sim-0",
-                            "paddlex": pdx if i == 0 else []} for i, v in enumerate(vllm)]}]}]}
+    pdx = [{"port": p, "container": f"paddle-{p}-sim-0", "start_command": "true"} for p in paddlex]
+    topo = {
+        "hosts": [
+            {
+                "name": "local",
+                "address": "127.0.0.1",
+                "accelerator": "sim",
+                "cards": [
+                    {
+                        "card": 0,
+                        "vllm": [
+                            {
+                                "port": v,
+                                "container": f"vllm-sim-paddleocr-{v}-sim-0",
+                                "paddlex": pdx if i == 0 else [],
+                            }
+                            for i, v in enumerate(vllm)
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     p = tmp_path / "outputs.json"
     p.write_text(json.dumps({"topology": topo}))
     return p
@@ -35,8 +52,9 @@ def test_ports_states(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     free, raw_port, bound_port = free_port(), raw.getsockname()[1], bound.getsockname()[1]
     with Server(fake_paddlex()) as pdx, Server(fake_vllm()) as vll:
         # the last planned PaddleX port is where the vLLM fake answers: taken by the wrong kind
-        path = outputs(tmp_path, vllm=[vll.port, bound_port],
-                       paddlex=[pdx.port, raw_port, free, vll.port])
+        path = outputs(
+            tmp_path, vllm=[vll.port, bound_port], paddlex=[pdx.port, raw_port, free, vll.port]
+        )
         code = main(["ports", "--outputs", str(path), "--json"])
         rows = json.loads(capsys.readouterr().out)
     raw.close()

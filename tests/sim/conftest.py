@@ -39,8 +39,10 @@ def procs(tmp_path: Path) -> Iterator[Processes]:
 @pytest.fixture
 def write_yaml(tmp_path: Path) -> Callable[[dict[str, Any], str], Path]:
     """Write a pipeline config to tmp_path/NAME and return its path."""
+
     def _write(config: dict[str, Any], name: str = "pipeline_config_vllm.yaml") -> Path:
         path = tmp_path / name
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
+
     return _write

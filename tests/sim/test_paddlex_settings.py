@@ -19,7 +19,9 @@ def test_reads_server_url_and_model_name() -> None:
 def test_client_kwargs_model_name_wins() -> None:
     config = pipeline_config("http://h:1/v1")
     config["SubModules"]["VLRecognition"]["genai_config"]["client_kwargs"] = {
-        "model_name": "served", "timeout": 30}
+        "model_name": "served",
+        "timeout": 30,
+    }
     settings = read_settings(config)
     assert (settings.model_name, settings.timeout_s) == ("served", 30.0)
 
@@ -30,8 +32,10 @@ def test_client_kwargs_model_name_wins() -> None:
         (lambda c: c.update(pipeline_name="OCR"), "pipeline_name"),
         (lambda c: c["SubModules"].pop("VLRecognition"), "SubModules.VLRecognition"),
         (lambda c: c["SubModules"]["VLRecognition"].pop("genai_config"), "local model weights"),
-        (lambda c: c["SubModules"]["VLRecognition"]["genai_config"].pop("server_url"),
-         "server_url"),
+        (
+            lambda c: c["SubModules"]["VLRecognition"]["genai_config"].pop("server_url"),
+            "server_url",
+        ),
         (lambda c: c["SubModules"]["VLRecognition"].pop("model_name"), "model_name"),
     ],
 )

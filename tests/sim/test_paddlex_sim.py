@@ -40,19 +40,33 @@ class Stack:
     def server_url(self) -> str:
         return f"http://127.0.0.1:{self.vllm_port}/v1"
 
-    def start_paddlex(self, config_path: Path, *, load_seconds: float = 0.0,
-                      port: int | None = None) -> tuple[subprocess.Popen, str]:
+    def start_paddlex(
+        self, config_path: Path, *, load_seconds: float = 0.0, port: int | None = None
+    ) -> tuple[subprocess.Popen, str]:
         """Run `paddlex --serve ...` as the fleet does; return the process and base URL."""
         port = port or free_port()
         proc = self.procs.start(
-            [self.px_python, "-m", "sim.paddlex", "--serve", "--device", "npu", "--port",
-             str(port), "--pipeline", str(config_path), "--host", "127.0.0.1"],
+            [
+                self.px_python,
+                "-m",
+                "sim.paddlex",
+                "--serve",
+                "--device",
+                "npu",
+                "--port",
+                str(port),
+                "--pipeline",
+                str(config_path),
+                "--host",
+                "127.0.0.1",
+            ],
             {"PADDLEX_SIM_LOAD_SECONDS": str(load_seconds)},
         )
         return proc, f"http://127.0.0.1:{port}"
 
-    def paddlex(self, serving: dict[str, Any] | None = FLEET_SERVING,
-                server_url: str | None = None) -> str:
+    def paddlex(
+        self, serving: dict[str, Any] | None = FLEET_SERVING, server_url: str | None = None
+    ) -> str:
         """A ready PaddleX simulator bound to this stack's vLLM (or to `server_url`)."""
         config = pipeline_config(server_url or self.server_url, serving=serving)
         proc, url = self.start_paddlex(self.write_yaml(config, f"p-{free_port()}.yaml"))
@@ -84,8 +98,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, px_python: str) -> Iterator[
 
 
 def layout_parsing(url: str, file_b64: str, file_type: int, **extra: Any) -> httpx.Response:
-    return httpx.post(f"{url}/layout-parsing",
-                      json={"file": file_b64, "fileType": file_type, **extra}, timeout=60)
+    return httpx.post(
+        f"{url}/layout-parsing", json={"file": file_b64, "fileType": file_type, **extra}, timeout=60
+    )
 
 
 def test_png_gives_the_real_envelope_and_the_vllm_answer(fleet: tuple[Stack, str]) -> None:
@@ -122,9 +137,13 @@ def test_multi_page_pdf_every_page_asks_the_bound_vllm(fleet: tuple[Stack, str])
     assert len(texts) == 3
     assert all(t.startswith(f"sim-vllm:{stack.vllm_port} ") for t in texts)
     assert len({t.split("sha256:")[1] for t in texts}) == 3, "each page sent its own image"
-    restructured = httpx.post(f"{url}/restructure-pages", json={
-        "pages": [{"prunedResult": p["prunedResult"], "markdownImages": {}} for p in pages],
-        "concatenatePages": True}).json()
+    restructured = httpx.post(
+        f"{url}/restructure-pages",
+        json={
+            "pages": [{"prunedResult": p["prunedResult"], "markdownImages": {}} for p in pages],
+            "concatenatePages": True,
+        },
+    ).json()
     (merged,) = restructured["result"]["layoutParsingResults"]
     assert all(t in merged["markdown"]["text"] for t in texts)
 
@@ -192,7 +211,12 @@ def test_bad_config_fails_to_create_the_pipeline(stack: Stack, write_yaml: Calla
 def test_unknown_paddlex_option_is_refused(px_python: str) -> None:
     result = subprocess.run(
         [px_python, "-m", "sim.paddlex", "--serve", "--pipeline", "x.yaml", "--devcie", "npu"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 2 and "unrecognized arguments: --devcie" in result.stderr
 
 
@@ -205,10 +229,12 @@ def test_in_process_build_app(procs: Processes, write_yaml: Callable) -> None:
 
     port = free_port()
     wait_http_ok(f"http://127.0.0.1:{port}/health", timeout=20, proc=procs.vllm(port))
-    app = build_app(write_yaml(pipeline_config(f"http://127.0.0.1:{port}/v1",
-                                               serving=FLEET_SERVING)))
+    app = build_app(
+        write_yaml(pipeline_config(f"http://127.0.0.1:{port}/v1", serving=FLEET_SERVING))
+    )
     with TestClient(app) as client:
         body = client.post("/layout-parsing", json={"file": png_b64(), "fileType": 1}).json()
     assert body["errorMsg"] == "Success"
     assert body["result"]["layoutParsingResults"][0]["markdown"]["text"].startswith(
-        f"sim-vllm:{port} ")
+        f"sim-vllm:{port} "
+    )

@@ -17,8 +17,14 @@ from .helpers import MODEL, REPO, VLLM_FLAGS, free_port, png_b64, port_open, wai
 
 def run_vllm_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """Run `python -m sim.vllm ARGS` and capture its output (for arguments that fail fast)."""
-    return subprocess.run([sys.executable, "-m", "sim.vllm", *args], cwd=REPO, text=True,
-                          capture_output=True, timeout=30, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "sim.vllm", *args],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
 
 
 def test_architecture_launch_command_parses() -> None:
@@ -32,8 +38,17 @@ def test_architecture_launch_command_parses() -> None:
 
 
 def test_optional_flags_and_equals_form() -> None:
-    args = parse_serve(["/m", "--host=127.0.0.1", "--max-model-len", "8192",
-                        "--max_num_seqs=64", "--additional-config", "{}"])
+    args = parse_serve(
+        [
+            "/m",
+            "--host=127.0.0.1",
+            "--max-model-len",
+            "8192",
+            "--max_num_seqs=64",
+            "--additional-config",
+            "{}",
+        ]
+    )
     assert (args.host, args.max_model_len, args.max_num_seqs) == ("127.0.0.1", 8192, 64)
     assert args.served_model_name == "/m"  # vLLM's default: the model path
 
@@ -41,8 +56,10 @@ def test_optional_flags_and_equals_form() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["/m", "--gpu-memory-utilisation", "0.4"],
-         "unrecognized arguments: --gpu-memory-utilisation"),
+        (
+            ["/m", "--gpu-memory-utilisation", "0.4"],
+            "unrecognized arguments: --gpu-memory-utilisation",
+        ),
         (["/m", "--enforce-eager"], "unrecognized arguments: --enforce-eager"),
         (["/m", "--gpu-memory-utilization", "1.5"], "must be in (0, 1]"),
         (["/m", "--gpu-memory-utilization", "0"], "must be in (0, 1]"),
@@ -63,8 +80,9 @@ def test_bad_arguments_are_refused(argv: list[str], message: str) -> None:
 
 
 def test_unknown_flag_exits_non_zero_with_clear_message() -> None:
-    result = run_vllm_cli("serve", f"/data/{MODEL}", *VLLM_FLAGS, "--port", "9031",
-                          "--max-num-batched-token", "16384")
+    result = run_vllm_cli(
+        "serve", f"/data/{MODEL}", *VLLM_FLAGS, "--port", "9031", "--max-num-batched-token", "16384"
+    )
     assert result.returncode == 2
     assert "unrecognized arguments: --max-num-batched-token" in result.stderr
     assert not result.stdout
@@ -81,7 +99,8 @@ def test_image_description_png_and_jpeg() -> None:
     from PIL import Image
 
     assert describe_image_url("data:image/png;base64," + png_b64(321, 123)).startswith(
-        "png 321x123 sha256:")
+        "png 321x123 sha256:"
+    )
     buf = io.BytesIO()
     Image.new("RGB", (640, 480), "white").save(buf, "JPEG")
     assert image_size(buf.getvalue()) == ("jpeg", 640, 480)
@@ -125,11 +144,20 @@ def test_chat_completion_names_port_and_echoes_request(vllm_url: str) -> None:
     port = vllm_url.rsplit(":", 1)[1]
     request = {
         "model": MODEL,
-        "messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png_b64(50, 40)}},
-            {"type": "text", "text": "OCR:"},
-        ]}],
-        "temperature": 0, "max_completion_tokens": 4096,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": "data:image/png;base64," + png_b64(50, 40)},
+                    },
+                    {"type": "text", "text": "OCR:"},
+                ],
+            }
+        ],
+        "temperature": 0,
+        "max_completion_tokens": 4096,
     }
     response = httpx.post(f"{vllm_url}/v1/chat/completions", json=request)
     assert response.status_code == 200
@@ -144,8 +172,10 @@ def test_chat_completion_names_port_and_echoes_request(vllm_url: str) -> None:
 
 
 def test_wrong_model_is_404_with_vllm_message(vllm_url: str) -> None:
-    response = httpx.post(f"{vllm_url}/v1/chat/completions", json={
-        "model": "PaddleOCR-VL-1.5", "messages": [{"role": "user", "content": "hi"}]})
+    response = httpx.post(
+        f"{vllm_url}/v1/chat/completions",
+        json={"model": "PaddleOCR-VL-1.5", "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert response.status_code == 404
     error = response.json()["error"]
     assert error["message"] == "The model `PaddleOCR-VL-1.5` does not exist."
@@ -153,7 +183,10 @@ def test_wrong_model_is_404_with_vllm_message(vllm_url: str) -> None:
 
 
 def test_bad_body_is_400(vllm_url: str) -> None:
-    response = httpx.post(f"{vllm_url}/v1/chat/completions", content=b"{not json",
-                          headers={"Content-Type": "application/json"})
+    response = httpx.post(
+        f"{vllm_url}/v1/chat/completions",
+        content=b"{not json",
+        headers={"Content-Type": "application/json"},
+    )
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "BadRequestError"
