@@ -9,6 +9,7 @@ would see: type, name, inputs, parent, dependencies, provider and the replace op
 
 from __future__ import annotations
 
+import asyncio
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +117,8 @@ def record_stack(
     Pass `recording` to see what was registered even when the program raises.
     """
     recording = recording if recording is not None else Recording()
+    # The SDK runs on the thread's current loop; a test before us may have closed or unset it.
+    asyncio.set_event_loop(asyncio.new_event_loop())
     runtime_settings.reset_options()
     pulumi.runtime.set_all_config({f"{PROJECT}:{k}": v for k, v in config.items()})
     mocks = _Mocks(preview)

@@ -27,29 +27,29 @@ class GenuineStack:
 
     def __init__(self, procs: Processes, python: str, tmp_path) -> None:
         self.vllm_port = free_port()
+        procs.vllm(self.vllm_port)
+        settings, paddlex = self._one_paddlex_plan()
+        self.fleet_url = self._paddlex(
+            procs, python, tmp_path, paddlex.port, render.pipeline_config(settings, paddlex)
+        )
+        settings, paddlex = self._one_paddlex_plan()
+        without_serving = render.pipeline_config(settings, paddlex)
+        del without_serving["Serving"]
+        self.default_url = self._paddlex(procs, python, tmp_path, paddlex.port, without_serving)
+        wait_http_ok(f"http://127.0.0.1:{self.vllm_port}/health", 60)
+
+    def _one_paddlex_plan(self):
+        """A one-card plan with one PaddleX on a free port, bound to our vLLM simulator."""
         settings = load_settings(
             {
                 "cards": "1",
                 "vllmPerCard": "1",
-                "paddlexPerVllm": "2",
+                "paddlexPerVllm": "1",
                 "vllmBasePort": str(self.vllm_port),
                 "paddlexBasePort": str(free_port()),
-                "portStride": "1",
             }
         )
-        fleet_paddlex, default_paddlex = build_plan(settings).paddlex
-        procs.vllm(self.vllm_port)
-        self.fleet_url = self._paddlex(
-            procs,
-            python,
-            tmp_path,
-            fleet_paddlex.port,
-            render.pipeline_config(settings, fleet_paddlex),
-        )
-        unlimited = render.pipeline_config(settings, default_paddlex)
-        del unlimited["Serving"]
-        self.default_url = self._paddlex(procs, python, tmp_path, default_paddlex.port, unlimited)
-        wait_http_ok(f"http://127.0.0.1:{self.vllm_port}/health", 60)
+        return settings, build_plan(settings).paddlex[0]
 
     @staticmethod
     def _paddlex(procs: Processes, python: str, tmp_path, port: int, config: dict) -> str:
