@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for noisy in ("httpx", "httpcore"):  # httpx logs every upstream call at INFO
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         app = create_app(args.config)
     except ConfigError as exc:

@@ -12,10 +12,14 @@ Usage::
         ...
     except httpx.HTTPError as exc:
         outcome, reason = classify_transport_error(exc)  # ("connect_error", "connect error: ...")
+    if outcome == "reset" and await refuses_connections(url, timeout=1.0):
+        ...  # the process is gone, not just the connection
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -112,3 +116,24 @@ def classify_transport_error(exc: httpx.HTTPError) -> tuple[str, str]:
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
         return "reset", f"connection reset: {detail}"
     return "reset", f"transport error: {name}: {detail}"
+
+
+async def refuses_connections(url: str, timeout: float) -> str | None:
+    """Why a TCP connect to ``url``'s host and port fails (refused or timed out), else None.
+
+    After a reset this tells a dead process (its port is closed too) from a dropped
+    keep-alive connection of a live one. Nothing is sent on the connection.
+    """
+    parsed = httpx.URL(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(parsed.host, port)
+    except TimeoutError:
+        return f"connect timeout after {timeout}s"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return None

@@ -1,10 +1,13 @@
-"""Upstream pool: the upstreams, balancing, leases, ejection, panic, retry budget.
+"""Upstream pool: the upstreams, balancing, leases, panic, retry budget (health decisions in
+:mod:`gateway.outlier`).
 
 Pure asyncio state, no HTTP: the proxy asks for a :class:`Lease` on an upstream, does its I/O,
 and releases the lease with an outcome (see :mod:`gateway.upstream` for the outcomes and what
 counts towards ejection). In ``queue`` mode requests wait for a free upstream in the
-:class:`~gateway.central_queue.CentralQueue`. All methods run on the event loop thread; the
-synchronous ones are atomic with respect to other coroutines.
+:class:`~gateway.central_queue.CentralQueue`, and among free upstreams the one with the lowest
+recent service time wins (a median of its last successful attempts, in classes a factor of 2
+wide), then the topology tie-break. All methods run on the event loop thread; the synchronous
+ones are atomic with respect to other coroutines.
 
 Usage::
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Collection
@@ -27,24 +31,22 @@ from typing import Any
 
 from gateway.central_queue import CentralQueue
 from gateway.metrics import GatewayMetrics
+from gateway.outlier import PoolHealth
 from gateway.policies import Policy, make_policy
 from gateway.settings import Settings
-from gateway.upstream import (
-    FAILURE_OUTCOMES,
-    GOOD_OUTCOMES,
-    OUTCOMES,
-    Lease,
-    PoolError,
-    Upstream,
-)
+from gateway.upstream import FAILURE_OUTCOMES, GOOD_OUTCOMES, OUTCOMES, Lease, PoolError, Upstream
 
 
 class NoUpstreamAvailable(PoolError):
     """Nothing left to try (none configured, or all already tried by this request)."""
 
 
-class UpstreamPool:
-    """All upstreams of one gateway, the balancing policy and the central queue."""
+class UpstreamPool(PoolHealth):
+    """All upstreams of one gateway, the balancing policy and the central queue.
+
+    The health half (ejection, probes, dead and stuck upstreams) is
+    :class:`gateway.outlier.PoolHealth`.
+    """
 
     def __init__(
         self,
@@ -114,8 +116,13 @@ class UpstreamPool:
         return healthy, False
 
     def _load_key(self) -> Callable[[Upstream], tuple[float, ...]]:
+        """The sort key among candidates: in-flight count, then (``queue`` mode) the speed
+        class, then (topology-aware) the in-flight totals of the vLLM, card and host."""
+        speed = self._speed_class() if self.policy.uses_queue else None
         if not self.settings.load_balance.topology_aware:
-            return lambda u: (u.in_flight,)
+            if speed is None:
+                return lambda u: (u.in_flight,)
+            return lambda u: (u.in_flight, speed(u))
         vllm: Counter[Any] = Counter()
         card: Counter[Any] = Counter()
         host: Counter[Any] = Counter()
@@ -129,6 +136,7 @@ class UpstreamPool:
             s = u.spec
             return (
                 u.in_flight,
+                speed(u) if speed is not None else 0,
                 vllm[s.vllm] if s.vllm is not None else 0,
                 card[(s.host, s.card)] if s.card is not None else 0,
                 host[s.host] if s.host is not None else 0,
@@ -136,14 +144,37 @@ class UpstreamPool:
 
         return key
 
+    def _speed_class(self) -> Callable[[Upstream], int]:
+        """An upstream's service time as a class: ``round(log2(service / average))``.
+
+        ``service_s`` is the median of the upstream's last successful attempts; an upstream
+        without one counts as average (class 0). Classes are a factor of 2 wide, so the noise
+        between instances of the same speed (documents differ in size) does not separate them
+        and the topology tie-break still decides among them, while a 3x slower instance ranks
+        behind every average one.
+        """
+        known = [u.service_s for u in self.upstreams if u.service_s]
+        if not known:
+            return lambda u: 0
+        average = sum(known) / len(known)
+
+        def speed_class(u: Upstream) -> int:
+            if not u.service_s:
+                return 0
+            return round(math.log2(u.service_s / average))
+
+        return speed_class
+
     def _limit(self) -> float:
         lb = self.settings.load_balance
         return lb.upstream_concurrency if self.policy.uses_queue else math.inf
 
     # ----------------------------------------------------------------- leases
-    def _lease(self, upstream: Upstream, queued_s: float = 0.0) -> Lease:
+    def _lease(self, upstream: Upstream, queued_s: float = 0.0, limited: bool = True) -> Lease:
         upstream.in_flight += 1
-        return Lease(upstream=upstream, started=self._clock(), queued_s=queued_s)
+        lease = Lease(upstream=upstream, started=self._clock(), queued_s=queued_s, limited=limited)
+        upstream.leases.add(lease)
+        return lease
 
     def _choose(self, candidates: list[Upstream]) -> Upstream:
         return self.policy.choose(candidates, self.upstreams, self._load_key())
@@ -173,7 +204,7 @@ class UpstreamPool:
             raise NoUpstreamAvailable("every upstream has been tried")
         limit = self._limit()
         if bypass_limit or limit == math.inf:
-            return self._lease(self._choose(candidates))
+            return self._lease(self._choose(candidates), limited=not bypass_limit)
         free = [u for u in candidates if u.in_flight < limit]
         if free:
             return self._lease(self._choose(free))
@@ -205,7 +236,9 @@ class UpstreamPool:
         if lease.released:
             return
         lease.released = True
+        lease.cancel = None
         u = lease.upstream
+        u.leases.discard(lease)
         u.in_flight = max(0, u.in_flight - 1)
         u.outcomes[outcome] += 1
         now = self._clock()
@@ -216,9 +249,14 @@ class UpstreamPool:
             if outcome == "success":
                 u.latencies.append(latency_s)
                 u.ewma_s = latency_s if u.ewma_s is None else 0.8 * u.ewma_s + 0.2 * latency_s
+                if lease.limited:  # not the cheap bypass calls (/restructure-pages)
+                    u.service_samples.append(latency_s)
+                    u.service_s = statistics.median(u.service_samples)
         elif outcome in FAILURE_OUTCOMES:
             u.last_error = error or outcome
             u.consecutive_failures += 1
+            if outcome == "connect_error":
+                self.mark_down(u, u.last_error)
             self._maybe_eject(u, now)
         elif error:
             u.last_error = error
@@ -226,57 +264,6 @@ class UpstreamPool:
             self.metrics.upstream_rq_total.labels(upstream=u.url, outcome=outcome).inc()
             if outcome != "cancelled":
                 self.metrics.upstream_rq_duration.labels(upstream=u.url).observe(latency_s)
-        self._dispatch()
-
-    # ----------------------------------------------------------------- passive health
-    def max_ejected(self) -> int:
-        """How many upstreams may be ejected at once (never all of them)."""
-        n = len(self.upstreams)
-        share = math.floor(n * self.settings.outlier.max_ejection_percent / 100)
-        if self.settings.outlier.max_ejection_percent > 0:
-            share = max(1, share)
-        return max(0, min(n - 1, share))
-
-    def _maybe_eject(self, u: Upstream, now: float) -> None:
-        cfg = self.settings.outlier
-        if u.consecutive_failures < cfg.consecutive_failures or u.is_ejected(now):
-            return
-        if u.url not in self._by_url:
-            return
-        ejected = sum(1 for other in self.upstreams if other.is_ejected(now))
-        if ejected >= self.max_ejected():
-            return
-        u.ejection_level += 1
-        u.ejections += 1
-        u.consecutive_failures = 0
-        u.ejected_until = now + min(cfg.base_ejection_s * u.ejection_level, cfg.max_ejection_s)
-        if self.metrics is not None:
-            self.metrics.upstream_ejections.labels(upstream=u.url).inc()
-
-    # ----------------------------------------------------------------- active health
-    def record_probe(self, u: Upstream, ok: bool, error: str | None = None) -> None:
-        """Apply one active probe result with the healthy/unhealthy thresholds.
-
-        The first probe of an upstream decides its state at once.
-        """
-        cfg = self.settings.health
-        first = not u.probe_checked
-        u.probe_checked = True
-        if ok:
-            u.probe_failures = 0
-            u.probe_successes += 1
-            if not u.probe_healthy and (first or u.probe_successes >= cfg.healthy_threshold):
-                u.probe_healthy = True
-        else:
-            u.probe_successes = 0
-            u.probe_failures += 1
-            u.last_error = f"health probe: {error or 'failed'}"
-            if u.probe_healthy and (first or u.probe_failures >= cfg.unhealthy_threshold):
-                u.probe_healthy = False
-        if self.metrics is not None:
-            self.metrics.health_checks.labels(
-                upstream=u.url, result="success" if ok else "failure"
-            ).inc()
         self._dispatch()
 
     # ----------------------------------------------------------------- retry budget
@@ -343,6 +330,7 @@ class UpstreamPool:
                     "consecutive_failures": u.consecutive_failures,
                     "last_error": u.last_error,
                     "latency_ms": u.latency_ms(),
+                    "service_ms": None if u.service_s is None else round(u.service_s * 1000, 1),
                 }
             )
         return {

@@ -3,8 +3,12 @@
 The loop leases an upstream from the pool, runs one attempt under the per-attempt timeout and
 the request deadline, and on a connect error, timeout, reset or 5xx moves on to the next
 *distinct* upstream (never the same one twice), within ``load_balance.max_attempts`` and the
-retry budget. An upstream 4xx is not retried. When everything fails the caller gets 502 with
-each tried upstream and its reason.
+retry budget. A retry after a connect error (the request never reached the upstream) or after an
+attempt cancelled because its upstream is stuck (:meth:`gateway.outlier.PoolHealth.rescue`) is
+free: it moves work away from a dead instance and adds none, so the retry budget does not
+refuse it. So is a retry after a reset when the upstream's port then refuses connections too
+(the process died with the request in it). An upstream 4xx is not retried. When everything
+fails the caller gets 502 with each tried upstream and its reason.
 
 Usage::
 
@@ -31,6 +35,7 @@ from gateway.attempts import (
     classify_transport_error,
     error_message,
     raise_for_upstream_status,
+    refuses_connections,
 )
 from gateway.central_queue import QueueFull, QueueTimeout
 from gateway.documents import Document
@@ -82,6 +87,7 @@ class Proxy:
         attempts: list[Attempt] = []
         tried: set[str] = set()
         stop_reason: str | None = None
+        free_retry = False  # the previous attempt never reached a live upstream
         pool.begin_request()
         try:
             for number in range(1, settings.load_balance.max_attempts + 1):
@@ -89,7 +95,8 @@ class Proxy:
                 if remaining <= 0:
                     raise self._deadline_exceeded(settings, attempts)
                 is_retry = number > 1
-                if is_retry and not pool.try_begin_retry():
+                charged = is_retry and not free_retry
+                if charged and not pool.try_begin_retry():
                     stop_reason = (
                         f"retry budget exhausted ({pool.retries_in_flight} retries in flight, "
                         f"allowance {pool.retry_allowance()})"
@@ -120,8 +127,11 @@ class Proxy:
                     result = await self._attempt(settings, client, lease, work, deadline, attempts)
                     if result is not _FAILED:
                         return result, lease.upstream, attempts
+                    free_retry = lease.free_retry
+                    if attempts[-1].outcome == "reset" and not free_retry:
+                        free_retry = await self._gone_after_reset(settings, lease.upstream)
                 finally:
-                    if is_retry:
+                    if charged:
                         pool.end_retry()
                 tried.add(lease.upstream.url)
             else:
@@ -149,7 +159,11 @@ class Proxy:
         timeout = max(0.001, min(settings.http.timeout_s, deadline - started))
         outcome, reason, status = "cancelled", None, None
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout) as scope:
+                # the pool cancels the attempt when the upstream is found stuck
+                lease.cancel = lambda: scope.reschedule(loop.time())
+                if lease.rescued is not None:  # stuck before the attempt began
+                    scope.reschedule(loop.time())
                 result = await work(client, upstream, timeout)
             outcome = "success"
             return result
@@ -168,11 +182,16 @@ class Proxy:
             return _FAILED
         except TimeoutError:
             outcome, reason = "timeout", f"timeout after {timeout:.1f}s"
+            if lease.rescued is not None:
+                reason = f"cancelled after {loop.time() - started:.1f}s: {lease.rescued}"
+                lease.free_retry = True
             return _FAILED
         except httpx.HTTPError as exc:
             outcome, reason = classify_transport_error(exc)
+            lease.free_retry = outcome == "connect_error"  # never sent: retrying is free
             return _FAILED
         finally:
+            lease.cancel = None
             elapsed = loop.time() - started
             self.pool.release(lease, outcome, elapsed, reason)
             attempts.append(
@@ -184,6 +203,15 @@ class Proxy:
                     round(elapsed, 3),
                 )
             )
+
+    async def _gone_after_reset(self, settings: Settings, upstream: Upstream) -> bool:
+        """After a reset: if the upstream's port refuses connections too, the process died
+        (it took the request with it); mark it down and make the retry free."""
+        why = await refuses_connections(upstream.url, settings.http.connect_timeout_s)
+        if why is None:
+            return False
+        self.pool.mark_down(upstream, f"connect error after a reset: {why}")
+        return True
 
     @staticmethod
     def _failed(

@@ -1,5 +1,8 @@
 """Everything one gateway instance owns: settings, pool, HTTP clients, probes, watcher.
 
+The upstream client is one ``httpx.AsyncClient`` with one connection pool per upstream origin
+(:func:`make_client`); the auxiliary client serves health probes and URL fetches.
+
 ``Runtime.apply`` is the atomic swap used by hot reload: it runs synchronously on the event
 loop, so requests see either the old or the new settings, never a mix. Requests take a
 reference to ``runtime.settings`` and ``runtime.client`` when they start and finish on those;
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
@@ -32,13 +36,41 @@ from gateway.settings import HttpSettings, Settings
 log = logging.getLogger("gateway.runtime")
 
 
-def make_client(http: HttpSettings) -> httpx.AsyncClient:
-    """The shared upstream client with the configured pool limits and timeouts."""
-    return httpx.AsyncClient(
-        limits=httpx.Limits(
-            max_connections=http.pool_max_connections,
-            max_keepalive_connections=http.pool_max_keepalive_connections,
+def upstream_origin(url: str) -> str:
+    """``scheme://host[:port]`` of an upstream URL: the key of its connection pool."""
+    parsed = httpx.URL(url)
+    return f"{parsed.scheme}://{parsed.netloc.decode('ascii')}"
+
+
+def upstream_origins(settings: Settings) -> tuple[str, ...]:
+    """The distinct origins of the configured upstreams, in config order."""
+    return tuple(dict.fromkeys(upstream_origin(spec.url) for spec in settings.upstreams))
+
+
+def make_client(http: HttpSettings, origins: Iterable[str] = ()) -> httpx.AsyncClient:
+    """The one shared upstream client, with one connection pool per upstream origin.
+
+    httpcore's pool re-examines every connection and queued request it holds whenever a request
+    starts or ends, so one pool over the whole fleet costs CPU in proportion to the fleet
+    (``python -m bench.httpx_pool``). Each origin therefore gets its own transport (httpx
+    ``mounts``) with the configured limits; ``http.pool_max_connections`` and
+    ``http.pool_max_keepalive_connections`` apply per upstream. Other URLs (an upstream added
+    by a reload while an older request still holds this client) use a default transport with
+    the same limits.
+    """
+
+    def transport() -> httpx.AsyncHTTPTransport:
+        return httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+
+    limits = httpx.Limits(
+        max_connections=http.pool_max_connections,
+        max_keepalive_connections=min(
+            http.pool_max_keepalive_connections, http.pool_max_connections
         ),
+    )
+    return httpx.AsyncClient(
+        transport=transport(),
+        mounts={origin: transport() for origin in origins},
         timeout=httpx.Timeout(http.timeout_s, connect=http.connect_timeout_s),
         trust_env=False,
     )
@@ -82,7 +114,7 @@ class Runtime:
         return self.aux_client
 
     async def start(self) -> None:
-        self.client = make_client(self.settings.http)
+        self.client = make_client(self.settings.http, upstream_origins(self.settings))
         self.aux_client = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
             trust_env=False,
@@ -109,11 +141,19 @@ class Runtime:
                 await client.aclose()
 
     def apply(self, new: Settings) -> None:
-        """Swap in ``new`` settings atomically (called by the watcher or directly)."""
+        """Swap in ``new`` settings atomically (called by the watcher or directly).
+
+        A new upstream client is built when the ``http`` settings or the set of upstream
+        origins change; requests in flight finish on the old one, closed after the deadline.
+        """
         old = self.settings
-        if self.client is not None and new.http.model_dump() != old.http.model_dump():
+        origins = upstream_origins(new)
+        if self.client is not None and (
+            new.http.model_dump() != old.http.model_dump()
+            or set(origins) != set(upstream_origins(old))
+        ):
             retired = self.client
-            self.client = make_client(new.http)
+            self.client = make_client(new.http, origins)
             grace = old.http.request_deadline_s + 5
             task = asyncio.get_running_loop().create_task(self._close_later(retired, grace))
             self._retired.add(task)

@@ -92,6 +92,9 @@ class HealthSettings(_Section):
     timeout_s: float = Field(2.0, gt=0)
     unhealthy_threshold: int = Field(3, ge=1)
     healthy_threshold: int = Field(2, ge=1)
+    # probe timeouts in a row, while attempts are in flight, that make an upstream "stuck"
+    # (its attempts are cancelled and re-dispatched); 0 turns this off
+    stuck_after_timeouts: int = Field(2, ge=0)
 
 
 class OutlierSettings(_Section):

@@ -7,6 +7,11 @@ Outcomes: ``success``, ``client_error`` (upstream 4xx), ``server_error`` (5xx), 
 ejection; ``reset``, ``truncated`` and ``cancelled`` are neutral; ``success`` and
 ``client_error`` (the instance answered sensibly) reset the failure streak.
 
+A ``connect_error`` also takes the upstream out of dispatch at once (see
+:meth:`gateway.pool.UpstreamPool.mark_down`), and an attempt cancelled because its upstream was
+found stuck (``Lease.rescued``) ends as ``timeout``; after either, the next attempt of that
+request is free of the retry budget (``Lease.free_retry``).
+
 Usage::
 
     upstream = Upstream(spec=UpstreamSpec(url="http://a:8080"))
@@ -16,8 +21,10 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.settings import UpstreamSpec
@@ -35,6 +42,7 @@ OUTCOMES: tuple[str, ...] = (
 )
 FAILURE_OUTCOMES = frozenset({"server_error", "timeout", "connect_error", "protocol_error"})
 GOOD_OUTCOMES = frozenset({"success", "client_error"})
+SERVICE_SAMPLES = 16  # successful attempts behind an upstream's service-time estimate
 
 
 class PoolError(Exception):
@@ -58,9 +66,14 @@ class Upstream:
     probe_checked: bool = False
     probe_successes: int = 0
     probe_failures: int = 0
+    probe_timeouts: int = 0  # consecutive probes that timed out
+    recover_on_probe: bool = False  # marked down by a connect error: one passing probe restores
     last_error: str | None = None
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=512))
     ewma_s: float | None = None
+    service_samples: deque[float] = field(default_factory=lambda: deque(maxlen=SERVICE_SAMPLES))
+    service_s: float | None = None  # median of ``service_samples``; None until one success
+    leases: set[Lease] = field(default_factory=set)  # attempts in flight here
 
     @property
     def url(self) -> str:
@@ -93,3 +106,16 @@ class Lease:
     started: float
     queued_s: float = 0.0
     released: bool = False
+    limited: bool = True  # counted against the concurrency limit (not a bypass call)
+    cancel: Callable[[], None] | None = None  # set by the proxy while the attempt runs
+    rescued: str | None = None  # why the pool cancelled the attempt (upstream stuck)
+    free_retry: bool = False  # the next attempt of this request costs no retry budget
+
+    def abort(self, reason: str) -> None:
+        """Cancel the running attempt because its upstream is stuck (idempotent)."""
+        if self.released or self.rescued is not None:
+            return
+        self.rescued = reason
+        if self.cancel is not None:
+            with contextlib.suppress(RuntimeError):  # the attempt is ending already
+                self.cancel()

@@ -31,6 +31,9 @@ Knobs (:class:`Knobs`, mutable at any time, e.g. ``double.knobs.fail_next = 2``)
 - ``fail_restructure_next``: the next N ``/restructure-pages`` calls raise (500).
 - ``drop_next`` / ``always_drop``: ``/layout-parsing`` closes the connection without answering.
 - ``health_status``: status of ``/health`` (200 by default).
+- ``hang``: a wedged process: every request that arrives while it is set, ``/health``
+  included, is accepted and never answered (until ``hang`` is cleared again); ``stats.hung``
+  counts them.
 - ``extra_markdown``: appended as an extra block to every page (e.g. image tags, "回回回").
 - ``markdown_images``: ``markdown.images`` of every page (default ``{}``).
 
@@ -84,6 +87,7 @@ class Knobs:
     drop_next: int = 0
     always_drop: bool = False
     health_status: int = 200
+    hang: bool = False
     extra_markdown: str = ""
     markdown_images: dict[str, str] = field(default_factory=dict)
     name: str | None = None
@@ -103,6 +107,7 @@ class Stats:
     restructure_calls: int = 0
     pending: int = 0
     max_pending: int = 0
+    hung: int = 0
 
 
 def _envelope_error(status: int, message: str) -> JSONResponse:
@@ -346,13 +351,19 @@ def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats)
 
 
 class _DropMiddleware:
-    """Closes the TCP connection without an answer when ``drop_next``/``always_drop`` say so."""
+    """Closes the TCP connection without an answer when ``drop_next``/``always_drop`` say so,
+    and holds every request while ``hang`` is set."""
 
-    def __init__(self, app: Any, knobs: Knobs) -> None:
+    def __init__(self, app: Any, knobs: Knobs, stats: Stats) -> None:
         self.app = app
         self.knobs = knobs
+        self.stats = stats
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.knobs.hang:
+            self.stats.hung += 1
+            while self.knobs.hang:
+                await asyncio.sleep(0.02)
         if (
             scope["type"] == "http"
             and scope["path"] == "/layout-parsing"
@@ -383,7 +394,9 @@ class PaddlexDouble:
         self.running = False
 
     def _build_app(self) -> Any:
-        return _DropMiddleware(create_double_app(self.knobs, self.requests, self.stats), self.knobs)
+        return _DropMiddleware(
+            create_double_app(self.knobs, self.requests, self.stats), self.knobs, self.stats
+        )
 
     def start(self) -> PaddlexDouble:
         if not self.running:

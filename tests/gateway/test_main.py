@@ -91,3 +91,19 @@ def test_runs_with_seed_config_from_env(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_quiets_the_httpx_loggers(tmp_path, monkeypatch):
+    import logging
+
+    import gateway.__main__ as entry
+
+    path = tmp_path / "gateway.json"
+    path.write_text(json.dumps({"upstreams": ["http://127.0.0.1:9"]}))
+    ran: list[object] = []
+    monkeypatch.setattr(entry.uvicorn, "run", lambda app, **kwargs: ran.append(app))
+    for name in ("httpx", "httpcore"):
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
+    assert entry.main(["--config", str(path)]) == 0 and ran
+    assert logging.getLogger("httpx").getEffectiveLevel() == logging.WARNING
+    assert logging.getLogger("httpcore").getEffectiveLevel() == logging.WARNING

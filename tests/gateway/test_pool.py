@@ -256,7 +256,7 @@ def test_never_eject_everything():
     u = pool.upstreams[0]
     for _ in range(3):
         u.in_flight += 1
-        pool.release(Lease(upstream=u, started=clock.now), "connect_error", 0.1)
+        pool.release(Lease(upstream=u, started=clock.now), "server_error", 0.1)
     assert u.state(clock.now) == "healthy"
     assert pool.max_ejected() == 0
 

@@ -1,0 +1,200 @@
+"""One connection pool per upstream, crashed and hung upstreams under load, and the speed-aware
+choice of ``queue`` mode, over real HTTP against PaddleX doubles."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.runtime import make_client, upstream_origin
+from gateway.settings import HttpSettings
+from tests.doubles.paddlex_double import DoubleFleet
+from tests.gateway.conftest import RunningGateway, gateway_config
+from tests.gateway.samples import b64, png_bytes
+
+PNG = b64(png_bytes())
+
+
+def wait_for(predicate: Any, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def mounted_pools(client: httpx.AsyncClient) -> dict[str, Any]:
+    """origin pattern -> the httpcore pool of the transport mounted for it."""
+    return {pattern.pattern: transport._pool for pattern, transport in client._mounts.items()}
+
+
+def upstream_doc(gw: RunningGateway, url: str) -> dict[str, Any]:
+    return next(u for u in gw.client.get("/upstreams").json()["upstreams"] if u["url"] == url)
+
+
+class Load:
+    """``n`` client threads posting /ocr in a loop until stopped; every response is kept."""
+
+    def __init__(self, gw: RunningGateway, n: int) -> None:
+        self.gw = gw
+        self.results: list[tuple[int, dict[str, Any], float]] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._loop) for _ in range(n)]
+
+    def _loop(self) -> None:
+        with httpx.Client(base_url=self.gw.url, timeout=60, trust_env=False) as client:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                r = client.post("/ocr", json={"base64": PNG})
+                self.results.append((r.status_code, r.json(), time.monotonic() - started))
+
+    def __enter__(self) -> Load:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(60)
+
+    def failures(self) -> list[Any]:
+        return [(code, body) for code, body, _ in self.results if code != 200]
+
+
+def test_make_client_mounts_one_pool_per_origin():
+    http = HttpSettings(pool_max_connections=7, pool_max_keepalive_connections=3)
+    origins = ["http://127.0.0.1:9126", "http://127.0.0.1:9127", "https://paddle-a"]
+    client = make_client(http, origins)
+    pools = mounted_pools(client)
+    assert sorted(pools) == sorted(origins)
+    assert len({id(p) for p in pools.values()}) == 3  # distinct pools
+    for pool in pools.values():
+        assert pool._max_connections == 7 and pool._max_keepalive_connections == 3
+    assert client._transport._pool not in pools.values()  # a default for anything else
+    assert upstream_origin("http://127.0.0.1:9126/some/prefix") == "http://127.0.0.1:9126"
+
+
+def test_upstream_client_uses_one_pool_per_upstream(start_gateway, tmp_path):
+    with DoubleFleet(4) as fleet:
+        config = gateway_config(fleet.urls[:3], load_balance={"mode": "round_robin"})
+        gw = start_gateway(config, file=True)
+        for _ in range(6):
+            assert gw.client.post("/ocr", json={"base64": PNG}).status_code == 200
+        assert all(len(d.layout_requests()) == 2 for d in fleet.doubles[:3])
+        client = gw.runtime.client
+        pools = mounted_pools(client)
+        assert sorted(pools) == sorted(fleet.urls[:3])
+        for url, pool in pools.items():  # each pool holds connections to its upstream only
+            origins = {
+                f"http://{c._origin.host.decode()}:{c._origin.port}" for c in pool.connections
+            }
+            assert origins == {url}
+        assert not client._transport._pool.connections  # nothing went to the default pool
+        # a reload that adds an upstream builds a client with a pool for it too
+        (tmp_path / "gateway.json").write_text(json.dumps(gateway_config(fleet.urls)))
+        assert wait_for(lambda: gw.runtime.client is not client)
+        assert sorted(mounted_pools(gw.runtime.client)) == sorted(fleet.urls)
+        for _ in range(8):
+            assert gw.client.post("/ocr", json={"base64": PNG}).status_code == 200
+        assert len(fleet[3].layout_requests()) >= 1
+
+
+@pytest.mark.parametrize(
+    ("mode", "budget_percent"), [("queue", 0), ("least_inflight", 0), ("round_robin", 20)]
+)
+def test_killed_upstream_fails_no_request(start_gateway, mode, budget_percent):
+    with DoubleFleet(4, service_time_s=0.03) as fleet:
+        gw = start_gateway(
+            gateway_config(
+                fleet.urls,
+                load_balance={"mode": mode},
+                # probes are too slow to help here: only the connect error can take it out
+                health={"interval_s": 60},
+                retry_budget={"budget_percent": budget_percent, "min_retry_concurrency": 0},
+            )
+        )
+        dead = fleet[0]
+        with Load(gw, 6) as load:
+            assert wait_for(lambda: len(dead.layout_requests()) >= 2)
+            dead.stop()  # the port is closed: connections are refused
+            killed_at = len(load.results)
+            assert wait_for(lambda: len(load.results) >= killed_at + 60, timeout=20)
+        assert load.failures() == []
+        doc = upstream_doc(gw, dead.url)
+        assert doc["state"] == "unhealthy" and "connect error" in doc["last_error"]
+        # taken out of dispatch at its first refused connect (one per concurrent dispatch)
+        assert 1 <= doc["requests"]["connect_error"] <= 6
+        assert doc["ejections"] == 0  # not after outlier.consecutive_failures, before it
+        rescued = [b for _, b, _ in load.results if b.get("failed_attempts")]
+        assert rescued and all(
+            a["upstream"] == dead.url for b in rescued for a in b["failed_attempts"]
+        )
+
+
+def test_hung_upstream_requests_are_redispatched(start_gateway):
+    with DoubleFleet(3, service_time_s=0.05) as fleet:
+        gw = start_gateway(
+            gateway_config(
+                fleet.urls,
+                load_balance={"mode": "queue"},
+                http={"timeout_s": 60, "request_deadline_s": 120},
+                health={"interval_s": 0.2, "timeout_s": 0.3, "unhealthy_threshold": 3},
+                retry_budget={"budget_percent": 0, "min_retry_concurrency": 0},
+            )
+        )
+        hung = fleet[0]
+        try:
+            with Load(gw, 6) as load:
+                assert wait_for(lambda: len(hung.layout_requests()) >= 2)
+                hung.knobs.hang = True  # accepts, never answers, /health included
+                assert wait_for(lambda: hung.stats.hung >= 3)  # requests and probes stuck
+                done = len(load.results)
+                assert wait_for(lambda: len(load.results) >= done + 40, timeout=20)
+        finally:
+            hung.knobs.hang = False
+        assert load.failures() == []
+        rescued = [
+            (b, elapsed)
+            for _, b, elapsed in load.results
+            if any("is stuck" in (a["reason"] or "") for a in b["failed_attempts"])
+        ]
+        assert rescued, "no request was in flight on the hung upstream"
+        for body, elapsed in rescued:
+            assert body["upstream"] != hung.url
+            assert elapsed < 10  # a few probe intervals, not http.timeout_s = 60 s
+        doc = upstream_doc(gw, hung.url)
+        assert doc["state"] == "unhealthy" and "timeout" in doc["last_error"]
+        assert doc["requests"]["timeout"] == len(rescued)  # each cancelled once, at detection
+
+
+def test_queue_mode_prefers_the_faster_idle_upstream(start_gateway):
+    with DoubleFleet(2) as fleet:
+        fast, slow = fleet[0], fleet[1]
+        fast.knobs.service_time_s, slow.knobs.service_time_s = 0.02, 0.25
+        gw = start_gateway(gateway_config(fleet.urls, load_balance={"mode": "queue"}))
+
+        def known() -> bool:
+            docs = gw.client.get("/upstreams").json()["upstreams"]
+            return all(u["latency_ms"]["count"] >= 1 for u in docs)
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            for _ in range(10):  # two at a time: both instances serve and get measured
+                if known():
+                    break
+                futures = [pool.submit(gw.client.post, "/ocr", json={"base64": PNG})]
+                futures.append(pool.submit(gw.client.post, "/ocr", json={"base64": PNG}))
+                assert all(f.result().status_code == 200 for f in futures)
+        assert known()
+        before = len(slow.layout_requests())
+        for _ in range(12):  # one at a time: both are idle at every choice
+            r = gw.client.post("/ocr", json={"base64": PNG})
+            assert r.status_code == 200 and r.json()["upstream"] == fast.url
+        assert len(slow.layout_requests()) == before
