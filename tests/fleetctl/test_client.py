@@ -79,9 +79,11 @@ def test_transport_errors_back_off_until_the_server_comes_up() -> None:
         time.sleep(0.5)
         box["s"] = Server(fake_gateway(), port).start()
 
-    threading.Thread(target=later, daemon=True).start()
+    starter = threading.Thread(target=later, daemon=True)
+    starter.start()
     retries: list[tuple[int, float, str]] = []
-    policy = RetryPolicy(max_attempts=10, backoff_base=0.1, backoff_max=0.4)
+    # Enough attempts to outlast a slow server start on a busy 2-core machine (about 12 s).
+    policy = RetryPolicy(max_attempts=30, backoff_base=0.1, backoff_max=0.4)
     try:
         with Client(
             f"http://127.0.0.1:{port}", retry=policy, on_retry=lambda *a: retries.append(a)
@@ -92,7 +94,9 @@ def test_transport_errors_back_off_until_the_server_comes_up() -> None:
         delays = [d for _, d, _ in retries]
         assert all(0.05 <= d <= 0.4 for d in delays)
     finally:
-        box["s"].stop()
+        starter.join(timeout=60)
+        if "s" in box:
+            box["s"].stop()
 
 
 def test_transport_error_is_bounded() -> None:
