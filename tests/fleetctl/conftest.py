@@ -17,6 +17,17 @@ JPEG = b"\xff\xd8\xff\xe0"
 PDF = b"%PDF-1.4\n"
 
 
+def one_card_topology(
+    vllm: list[dict[str, Any]], gateway: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A `topology` stack output: one local sim host whose card 0 holds these vLLM entries."""
+    host = {"name": "local", "address": "127.0.0.1", "accelerator": "sim"}
+    topology: dict[str, Any] = {"hosts": [{**host, "cards": [{"card": 0, "vllm": vllm}]}]}
+    if gateway is not None:
+        topology["gateway"] = gateway
+    return topology
+
+
 def doc(magic: bytes, body: str = "") -> bytes:
     """A file that passes the magic-byte check (the fake gateway never decodes it).
 

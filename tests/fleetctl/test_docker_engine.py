@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fleetctl.cli import main
+from tests.fleetctl.conftest import one_card_topology
 from tests.fleetctl.fakes import free_port
 
 IMAGE = "paddleocr-fleet/base:bookworm"  # the sim base image (python3 inside)
@@ -77,29 +78,15 @@ def test_start_all_status_restart_logs(
 ) -> None:
     name, port = container
     start = f"docker exec -d {name} python3 -c '{SERVER.replace('PORT', str(port))}'"
-    topo = {
-        "hosts": [
+    topo = one_card_topology(
+        [
             {
-                "name": "local",
-                "address": "127.0.0.1",
-                "accelerator": "sim",
-                "cards": [
-                    {
-                        "card": 0,
-                        "vllm": [
-                            {
-                                "port": free_port(),
-                                "container": name,
-                                "paddlex": [
-                                    {"port": port, "container": name, "start_command": start}
-                                ],
-                            }
-                        ],
-                    }
-                ],
+                "port": free_port(),
+                "container": name,
+                "paddlex": [{"port": port, "container": name, "start_command": start}],
             }
         ]
-    }
+    )
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps({"topology": topo}))
     common = ["--outputs", str(outputs), "--kind", "paddlex"]

@@ -11,33 +11,22 @@ import pytest
 
 from fleetctl.cli import main
 from fleetctl.ports import _proc_owner
+from tests.fleetctl.conftest import one_card_topology
 from tests.fleetctl.fakes import Server, fake_paddlex, fake_vllm, free_port
 
 
 def outputs(tmp_path: Path, vllm: list[int], paddlex: list[int]) -> Path:
     pdx = [{"port": p, "container": f"paddle-{p}-sim-0", "start_command": "true"} for p in paddlex]
-    topo = {
-        "hosts": [
+    topo = one_card_topology(
+        [
             {
-                "name": "local",
-                "address": "127.0.0.1",
-                "accelerator": "sim",
-                "cards": [
-                    {
-                        "card": 0,
-                        "vllm": [
-                            {
-                                "port": v,
-                                "container": f"vllm-sim-paddleocr-{v}-sim-0",
-                                "paddlex": pdx if i == 0 else [],
-                            }
-                            for i, v in enumerate(vllm)
-                        ],
-                    }
-                ],
+                "port": v,
+                "container": f"vllm-sim-paddleocr-{v}-sim-0",
+                "paddlex": pdx if i == 0 else [],
             }
+            for i, v in enumerate(vllm)
         ]
-    }
+    )
     p = tmp_path / "outputs.json"
     p.write_text(json.dumps({"topology": topo}))
     return p

@@ -17,7 +17,7 @@ from gateway.app import create_app
 from gateway.settings import parse_settings
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
-from tests.fleetctl.conftest import FakeDocker
+from tests.fleetctl.conftest import FakeDocker, one_card_topology
 from tests.fleetctl.fakes import Server, fake_vllm
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import pdf_bytes, png_bytes
@@ -146,34 +146,22 @@ def test_status_and_verify_with_real_gateway(
                 }
                 for d in doubles
             ]
-            topo = {
-                "hosts": [
+            topo = one_card_topology(
+                [
                     {
-                        "name": "local",
-                        "address": "127.0.0.1",
-                        "accelerator": "sim",
-                        "cards": [
-                            {
-                                "card": 0,
-                                "vllm": [
-                                    {
-                                        "port": vllm.port,
-                                        "url": vllm.url,
-                                        "paddlex": paddlex,
-                                        "container": f"vllm-sim-paddleocr-{vllm.port}-sim-0",
-                                    }
-                                ],
-                            }
-                        ],
+                        "port": vllm.port,
+                        "url": vllm.url,
+                        "paddlex": paddlex,
+                        "container": f"vllm-sim-paddleocr-{vllm.port}-sim-0",
                     }
                 ],
-                "gateway": {
+                gateway={
                     "host": "local",
                     "port": gw.server.port,
                     "url": gw.url,
                     "container": "paddleocr-fleet-gateway",
                 },
-            }
+            )
             outputs = tmp_path / "outputs.json"
             outputs.write_text(json.dumps({"gateway_url": gw.url, "topology": topo}))
             names = [f"paddle-{d.port}-sim-0" for d in doubles]
