@@ -25,6 +25,7 @@ from components.plan import build_plan
 from components.settings import load_settings
 from tests.e2e.engine import StandInEngine, temp_model_dir
 from tests.pulumi_harness import REPO, record_stack
+from tests.sim.helpers import wait_http_ok
 
 pytestmark = pytest.mark.docker
 
@@ -260,16 +261,7 @@ def test_killing_a_paddlex_container_mid_traffic_costs_the_clients_nothing(fleet
 def test_a_restarted_paddlex_container_serves_again_without_a_new_start_command(fleet):
     paddlex = fleet.plan.paddlex[5]
     subprocess.run(["docker", "restart", paddlex.container_name], capture_output=True, check=True)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{paddlex.url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"{paddlex.container_name} did not serve again after a restart")
+    wait_http_ok(f"{paddlex.url}/health", 90)  # nothing but the container itself restarts it
     response = httpx.post(
         f"{paddlex.url}/layout-parsing",
         json={"file": base64.b64encode(png_bytes()).decode(), "fileType": 1, "visualize": False},

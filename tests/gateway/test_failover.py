@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import time
 
 from tests.doubles.paddlex_double import DoubleFleet
-from tests.gateway.conftest import gateway_config
+from tests.gateway.conftest import gateway_config, wait_for
 from tests.gateway.samples import b64, png_bytes
 
 PNG = b64(png_bytes())
-
-
-def wait_for(predicate, timeout=5.0, step=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return False
 
 
 def test_failover_on_500_connect_error_and_drop(start_gateway):

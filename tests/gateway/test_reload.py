@@ -11,19 +11,10 @@ import time
 from gateway.reload import ConfigWatcher
 from gateway.settings import Settings
 from tests.doubles.paddlex_double import DoubleFleet
-from tests.gateway.conftest import gateway_config
+from tests.gateway.conftest import gateway_config, wait_for
 from tests.gateway.samples import b64, png_bytes
 
 PNG = b64(png_bytes())
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def write(path, config):

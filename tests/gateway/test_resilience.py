@@ -15,19 +15,10 @@ import pytest
 from gateway.runtime import make_client, upstream_origin
 from gateway.settings import HttpSettings
 from tests.doubles.paddlex_double import DoubleFleet
-from tests.gateway.conftest import RunningGateway, gateway_config
+from tests.gateway.conftest import RunningGateway, gateway_config, wait_for
 from tests.gateway.samples import b64, png_bytes
 
 PNG = b64(png_bytes())
-
-
-def wait_for(predicate: Any, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def mounted_pools(client: httpx.AsyncClient) -> dict[str, Any]:
