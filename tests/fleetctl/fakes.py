@@ -7,6 +7,9 @@ depends on markers in the document bytes:
 * ``FAIL500``: 500 with the error envelope;
 * ``BUSY<n>``: 503 + ``Retry-After: 1`` for the first n requests of that document, then OK.
 
+``app.state.hold_after = n`` holds every request after the n-th until ``app.state.release`` is
+set, so a test can interrupt a client at a known point.
+
 The markdown it returns is ``# <filename>`` plus the sha256 of the bytes, so tests can check
 that a written file belongs to its input.
 """
@@ -49,11 +52,17 @@ def fake_gateway(delay: float = 0.0, upstreams: list[dict[str, Any]] | None = No
     app.state.requests = []  # (endpoint, name, sha256)
     app.state.seen = Counter()
     app.state.upstreams = upstreams or []
+    app.state.hold_after = None
+    app.state.release = threading.Event()
 
     async def answer(endpoint: str, name: str, data: bytes) -> Response:
         sha = hashlib.sha256(data).hexdigest()
         app.state.requests.append((endpoint, name, sha))
         app.state.seen[sha] += 1
+        hold = app.state.hold_after
+        if hold is not None and len(app.state.requests) > hold:
+            while not app.state.release.is_set():
+                await asyncio.sleep(0.01)
         if app.state.delay:
             await asyncio.sleep(app.state.delay)
         if b"FAIL400" in data:
