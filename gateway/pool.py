@@ -148,22 +148,28 @@ class UpstreamPool(PoolHealth):
         """An upstream's service time as a class: ``round(log2(service / average))``.
 
         ``service_s`` is the median of the upstream's last successful attempts; an upstream
-        without one counts as average (class 0). Classes are a factor of 2 wide, so the noise
-        between instances of the same speed (documents differ in size) does not separate them
-        and the topology tie-break still decides among them, while a 3x slower instance ranks
-        behind every average one.
+        without one, or whose last sample is older than ``load_balance.speed_memory_s``, counts
+        as average (class 0). Classes are a factor of 2 wide, so the noise between instances of
+        the same speed (documents differ in size) does not separate them and the topology
+        tie-break still decides among them, while a 3x slower instance ranks behind every
+        average one.
         """
-        known = [u.service_s for u in self.upstreams if u.service_s]
+        now = self._clock()
+        known = {u.url: u.service_s for u in self.upstreams if self._speed_known(u, now)}
         if not known:
             return lambda u: 0
-        average = sum(known) / len(known)
+        average = sum(known.values()) / len(known)
 
         def speed_class(u: Upstream) -> int:
-            if not u.service_s:
-                return 0
-            return round(math.log2(u.service_s / average))
+            service = known.get(u.url)
+            return 0 if service is None else round(math.log2(service / average))
 
         return speed_class
+
+    def _speed_known(self, u: Upstream, now: float) -> bool:
+        """Whether ``u`` has a service time measured within ``speed_memory_s``."""
+        memory = self.settings.load_balance.speed_memory_s
+        return bool(u.service_s) and now - u.service_at <= memory
 
     def _limit(self) -> float:
         lb = self.settings.load_balance
@@ -250,8 +256,11 @@ class UpstreamPool(PoolHealth):
                 u.latencies.append(latency_s)
                 u.ewma_s = latency_s if u.ewma_s is None else 0.8 * u.ewma_s + 0.2 * latency_s
                 if lease.limited:  # not the cheap bypass calls (/restructure-pages)
+                    if not self._speed_known(u, now):
+                        u.service_samples.clear()
                     u.service_samples.append(latency_s)
                     u.service_s = statistics.median(u.service_samples)
+                    u.service_at = now
         elif outcome in FAILURE_OUTCOMES:
             u.last_error = error or outcome
             u.consecutive_failures += 1

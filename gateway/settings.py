@@ -64,6 +64,9 @@ class LoadBalanceSettings(_Section):
     queue_max_depth: int = Field(512, ge=0)  # queue mode: waiting requests before 503
     queue_timeout_s: float = Field(120.0, gt=0)  # queue mode: longest wait before 503
     topology_aware: bool = True  # tie-break on the load of the upstream's vLLM, card, host
+    # queue mode: an upstream's measured speed is forgotten after this long without a new
+    # sample, so an upstream that was slow once gets work (and a new measurement) again
+    speed_memory_s: float = Field(300.0, gt=0)
 
     @field_validator("mode")
     @classmethod

@@ -73,6 +73,7 @@ class Upstream:
     ewma_s: float | None = None
     service_samples: deque[float] = field(default_factory=lambda: deque(maxlen=SERVICE_SAMPLES))
     service_s: float | None = None  # median of ``service_samples``; None until one success
+    service_at: float = 0.0  # clock of the last service sample
     leases: set[Lease] = field(default_factory=set)  # attempts in flight here
 
     @property

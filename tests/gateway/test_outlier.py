@@ -128,3 +128,27 @@ def test_bypass_calls_do_not_count_as_service_time():
         assert u.service_s == 1.5
 
     asyncio.run(main())
+
+
+def test_a_slow_upstream_gets_work_again_once_its_speed_is_forgotten():
+    clock = Clock()
+    pool = make_pool(3, clock, load_balance={"mode": "queue", "speed_memory_s": 60})
+    fast0, fast1, slow = pool.upstreams
+
+    def served(u, seconds: float) -> None:
+        pool.release(pool._lease(u), "success", seconds)
+
+    async def pick() -> str:
+        lease = await pool.acquire()
+        pool.release(lease, "cancelled", 0.0)
+        return lease.upstream.url
+
+    served(fast0, 0.5)
+    served(fast1, 0.5)
+    served(slow, 4.0)
+    assert slow.url not in {asyncio.run(pick()) for _ in range(30)}
+    clock.now += 61  # no new sample of anyone for longer than speed_memory_s
+    assert slow.url in {asyncio.run(pick()) for _ in range(30)}
+    served(slow, 0.6)  # recovered: its old 4 s sample no longer counts
+    assert slow.service_s == 0.6
+    assert pool.snapshot()["upstreams"][2]["service_ms"] == 600.0
