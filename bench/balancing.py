@@ -54,6 +54,7 @@ from bench.procs import (
     start_gateway,
     tmpdir,
 )
+from bench.report import build_report, print_console
 from bench.workload import FleetSpec, make_workload, png_b64
 
 ALL_POLICIES = ("round_robin", "random", "least_inflight", "p2c", "queue")
@@ -598,182 +599,6 @@ def gateway_fingerprint(root: Path) -> dict:
     return {"sha256": h.hexdigest()[:16], "files": len(files)}
 
 
-def print_report(results: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    con = Console(width=160)
-    meta = results["meta"]
-    con.print(
-        f"\n[bold]Balancing benchmark[/] profile={meta['profile']} date={meta['date']} "
-        f"cores={meta['cpus']} fleet={meta['fleet']['n']} instances, "
-        f"capacity {results.get('balancing', {}).get('capacity_rps', '?')} req/s"
-    )
-    s1 = results.get("balancing")
-    if s1:
-        order = ["ideal", "ideal_blind", "ideal_live", *meta["policies"]]
-        for key, blk in s1["loads"].items():
-            tb = Table(
-                title=f"Scenario 1 - {key}% load ({blk['rate_rps']} req/s offered, "
-                f"{blk['requests']} requests)"
-            )
-            for col in (
-                "policy",
-                "p50",
-                "p95",
-                "p99",
-                "thr req/s",
-                "errors",
-                "unfinished",
-                "slow share",
-                "gw CPU",
-                "lg CPU",
-                "lg lag",
-            ):
-                tb.add_column(col, justify="right" if col != "policy" else "left")
-            for name in order:
-                s = blk["rows"].get(name)
-                if s is None:
-                    continue
-                if "failed" in s:
-                    tb.add_row(name, "FAILED", *[""] * 9)
-                    continue
-                cpu = s.get("cpu_cores", {})
-                tb.add_row(
-                    name + (" (DES)" if name in ("ideal", "ideal_blind") else ""),
-                    fmt_s(s["p50"], s["p50_censored"]),
-                    fmt_s(s["p95"], s["p95_censored"]),
-                    fmt_s(s["p99"], s["p99_censored"]),
-                    f"{s['throughput_rps']:.1f}",
-                    str(s["errors"]),
-                    str(s["unfinished"]),
-                    f"{s['slow_share'] * 100:.1f}%" if "slow_share" in s else "-",
-                    f"{cpu['gateway']:.2f}" if "gateway" in cpu else "-",
-                    f"{cpu['loadgen']:.2f}" if "loadgen" in cpu else "-",
-                    f"{s['loadgen_max_lag_ms']:.0f}ms" if "loadgen_max_lag_ms" in s else "-",
-                )
-            con.print(tb)
-        tb = Table(title="Scenario 1 - p99 by policy and load")
-        tb.add_column("policy")
-        for key in s1["loads"]:
-            tb.add_column(f"{key}%", justify="right")
-        for name in order:
-            cells = []
-            for blk in s1["loads"].values():
-                s = blk["rows"].get(name)
-                cells.append("-" if not s or "failed" in s else fmt_s(s["p99"], s["p99_censored"]))
-            if any(c != "-" for c in cells):
-                tb.add_row(name, *cells)
-        con.print(tb)
-    s2 = results.get("kill")
-    if s2:
-        for mode, per in s2["modes"].items():
-            tb = Table(
-                title=(
-                    f"Scenario 2 - kill {len(s2['killed'])} of {meta['fleet']['n']} ({mode}) at "
-                    f"t={s2['kill_at_s']}s, {s2['rate_rps']} req/s = "
-                    f"{s2['utilisation_after'] * 100:.0f}% of what is left, {s2['requests']} "
-                    f"requests, cut-off {s2['drain_s']}s after the last arrival"
-                )
-            )
-            for col in (
-                "policy",
-                "client-visible failures",
-                "errors",
-                "unfinished",
-                "kinds",
-                "p99 all",
-                "p99 after kill",
-            ):
-                tb.add_column(col)
-            for name, s in per.items():
-                if "failed" in s:
-                    tb.add_row(name, "FAILED", "", "", "", "", "")
-                    continue
-                a = s["after_kill"]
-                tb.add_row(
-                    name,
-                    str(s["failures"]),
-                    str(s["errors"]),
-                    str(s["unfinished"]),
-                    ", ".join(f"{k}: {v}" for k, v in s["error_kinds"].items())[:60],
-                    fmt_s(s["p99"], s["p99_censored"]),
-                    fmt_s(a["p99"], a["p99_censored"]),
-                )
-            con.print(tb)
-    s3 = results.get("overhead")
-    if s3:
-        tb = Table(title=f"Scenario 3 - gateway overhead, {s3['instances']} zero-latency upstreams")
-        for col in (
-            "path",
-            "seq p50",
-            "seq p99",
-            "added p50",
-            "added p99",
-            "closed-loop req/s",
-            "p99 at max",
-            "gw CPU at max",
-        ):
-            tb.add_column(col, justify="right" if col != "path" else "left")
-        d = s3["direct"]
-        best = max(d["closed_loop"], key=lambda r: r["rps"])
-        tb.add_row(
-            "direct /layout-parsing",
-            f"{d['sequential']['p50_ms']}ms",
-            f"{d['sequential']['p99_ms']}ms",
-            "",
-            "",
-            f"{best['rps']} (c={best['concurrency']})",
-            f"{best['p99_ms']}ms",
-            "-",
-        )
-        for pol, r in s3["policies"].items():
-            best = max(r["closed_loop_ocr"], key=lambda x: x["rps"])
-            tb.add_row(
-                f"gateway /ocr ({pol})",
-                f"{r['sequential_ocr']['p50_ms']}ms",
-                f"{r['sequential_ocr']['p99_ms']}ms",
-                f"{r.get('added_ocr_p50_ms')}ms",
-                f"{r.get('added_ocr_p99_ms')}ms",
-                f"{best['rps']} (c={best['concurrency']})",
-                f"{best['p99_ms']}ms",
-                f"{best['cpu_cores'].get('gateway', 0):.2f}",
-            )
-            tb.add_row(
-                f"gateway /layout-parsing ({pol})",
-                f"{r['sequential_layout']['p50_ms']}ms",
-                f"{r['sequential_layout']['p99_ms']}ms",
-                f"{r.get('added_layout_p50_ms')}ms",
-                f"{r.get('added_layout_p99_ms')}ms",
-                "",
-                "",
-                "",
-            )
-        con.print(tb)
-    t = results.get("targets", {})
-    con.print(f"\n[bold]Targets[/] (default policy: {t.get('default_policy')})")
-    if "p99_vs_round_robin" in t:
-        x = t["p99_vs_round_robin"]
-        con.print(
-            f"  85% p99 default/round_robin = {x['ratio']:.3f} (<= 0.15: "
-            f"{'MET' if x['met'] else 'NOT MET'}"
-            + ("; round robin p99 is a lower bound" if x["round_robin_p99_is_lower_bound"] else "")
-            + ")"
-        )
-    if "p99_vs_ideal" in t:
-        x = t["p99_vs_ideal"]
-        extra = ", ".join(f"{k} {v:.3f}" for k, v in x.items() if k.startswith("ratio_vs"))
-        con.print(
-            f"  85% p99 default/ideal = {x['ratio']:.3f} (<= 1.25: "
-            f"{'MET' if x['met'] else 'NOT MET'}) [{extra}]"
-        )
-    for mode, x in t.get("kill", {}).items():
-        con.print(
-            f"  kill 10% ({mode}): {x['failures']} client-visible failures "
-            f"({'MET' if x['met'] else 'NOT MET'})"
-        )
-
-
 # ------------------------------------------------------------------------------ main
 
 
@@ -916,7 +741,7 @@ def main(argv: list[str] | None = None) -> int:
     scen = {s.strip() for s in args.scenarios.split(",")}
     results = asyncio.run(run(prof, out, scen, args.keep_logs, args.wait_gateway))
     with contextlib.suppress(BrokenPipeError):
-        print_report(results)
+        print_console(build_report(results))
     return 0
 
 

@@ -102,8 +102,8 @@ def test_smoke_run_produces_tables(tmp_path, capsys):
     assert res["overhead"]["policies"]
     assert "p99_vs_round_robin" in res["targets"] and "p99_vs_ideal" in res["targets"]
     printed = capsys.readouterr().out
-    assert "Scenario 1 - 85% load" in printed
-    for name in ("ideal (DES)", "round_robin", default):
+    assert "Scenario 1: 85 % load" in printed and "Targets" in printed
+    for name in ("ideal (replay)", "round_robin", default):
         assert name in printed
 
 
