@@ -109,8 +109,9 @@ def _check(path: Path, explicit: bool) -> Failure | None:
     return None
 
 
-def discover(inputs: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[Path, Path]],
-                                                                  list[Failure]]:
+def discover(
+    inputs: Iterable[str | os.PathLike[str]],
+) -> tuple[list[tuple[Path, Path]], list[Failure]]:
     """``[(file, path relative to its input root)]`` and the inputs that cannot be OCRed."""
     found: list[tuple[Path, Path]] = []
     bad: list[Failure] = []
@@ -152,8 +153,10 @@ def plan(inputs: Iterable[str | os.PathLike[str]], out_root: Path, force: bool =
         for src, rel in members:
             out = target if len(members) == 1 else out_root / rel.parent / (rel.name + ".md")
             if out in jobs and jobs[out].resolve() != src.resolve():
-                raise BatchError(f"{jobs[out]} and {src} would both write {out}; "
-                                 "give them separate runs or output folders")
+                raise BatchError(
+                    f"{jobs[out]} and {src} would both write {out}; "
+                    "give them separate runs or output folders"
+                )
             jobs[out] = src
     result = Plan(invalid=bad)
     for out, src in jobs.items():
@@ -191,9 +194,14 @@ class RateColumn(ProgressColumn):
         return Text("-- doc/s" if speed is None else f"{speed:.2f} doc/s", style="cyan")
 
 
-async def run(jobs: list[Job], client: AsyncClient, concurrency: int = 8,
-              summary: Summary | None = None, console: Console | None = None,
-              progress: bool = True) -> Summary:
+async def run(
+    jobs: list[Job],
+    client: AsyncClient,
+    concurrency: int = 8,
+    summary: Summary | None = None,
+    console: Console | None = None,
+    progress: bool = True,
+) -> Summary:
     """OCR `jobs` with at most `concurrency` requests in flight; fills and returns `summary`.
 
     Pass your own `summary` to keep the partial counts when the run is cancelled (Ctrl-C).
@@ -202,9 +210,18 @@ async def run(jobs: list[Job], client: AsyncClient, concurrency: int = 8,
     queue: asyncio.Queue[Job] = asyncio.Queue()
     for j in jobs:
         queue.put_nowait(j)
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   RateColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                   console=console, disable=not progress, transient=False)
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not progress,
+        transient=False,
+    )
     task = bar.add_task("OCR", total=len(jobs))
 
     def describe() -> str:
@@ -220,8 +237,16 @@ async def run(jobs: list[Job], client: AsyncClient, concurrency: int = 8,
             try:
                 res = await client.ocr(job.src)
             except OcrError as e:
-                summary.failures.append(Failure(str(job.src), e.status or e.code or "transport",
-                                                e.message, e.code, e.request_id, e.attempts))
+                summary.failures.append(
+                    Failure(
+                        str(job.src),
+                        e.status or e.code or "transport",
+                        e.message,
+                        e.code,
+                        e.request_id,
+                        e.attempts,
+                    )
+                )
             except OSError as e:
                 summary.failures.append(Failure(str(job.src), "invalid", f"cannot read: {e}"))
             else:

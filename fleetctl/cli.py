@@ -52,9 +52,12 @@ def _ints(value: str) -> list[int]:
 
 def _parsers() -> argparse.ArgumentParser:
     topo = argparse.ArgumentParser(add_help=False)
-    topo.add_argument("--outputs", metavar="FILE",
-                      help="saved `pulumi stack output --json` (default: $FLEETCTL_OUTPUTS, "
-                           "else ask the Pulumi CLI)")
+    topo.add_argument(
+        "--outputs",
+        metavar="FILE",
+        help="saved `pulumi stack output --json` (default: $FLEETCTL_OUTPUTS, "
+        "else ask the Pulumi CLI)",
+    )
     topo.add_argument("--stack", help="Pulumi stack name for `pulumi stack output`")
     sel = argparse.ArgumentParser(add_help=False)
     sel.add_argument("--port", type=_ints, action="extend", help="port(s), e.g. 9126,9136")
@@ -65,8 +68,9 @@ def _parsers() -> argparse.ArgumentParser:
     js = argparse.ArgumentParser(add_help=False)
     js.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    p = argparse.ArgumentParser(prog="fleetctl", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="fleetctl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     s = sub.add_parser("status", parents=[topo, sel, js], help="table of every instance")
     s.add_argument("--timeout", type=float, default=5.0, help="HTTP timeout (s)")
@@ -85,18 +89,23 @@ def _parsers() -> argparse.ArgumentParser:
         else:
             r.add_argument("-n", "--tail", type=int, default=100, help="lines (default 100)")
             r.add_argument("-f", "--follow", action="store_true")
-            r.add_argument("--file", action="store_true",
-                           help="tail the service's log file inside the container instead")
+            r.add_argument(
+                "--file",
+                action="store_true",
+                help="tail the service's log file inside the container instead",
+            )
     sub.add_parser("npu", parents=[topo, sel], help="npu-smi info / nvidia-smi per host")
-    sa = sub.add_parser("start-all", parents=[topo, sel],
-                        help="start stopped containers and PaddleX services")
+    sa = sub.add_parser(
+        "start-all", parents=[topo, sel], help="start stopped containers and PaddleX services"
+    )
     sa.add_argument("--wait", type=float, default=600.0, help="wait for /health (s)")
     sa.add_argument("--no-wait", action="store_true")
     o = sub.add_parser("ocr", parents=[topo], help="batch OCR files and folders to markdown")
     o.add_argument("inputs", nargs="+", metavar="INPUT", help="files and folders")
     o.add_argument("--out", required=True, type=Path, help="output root for the .md files")
-    o.add_argument("--gateway", help=f"gateway URL (default: ${GATEWAY_ENV}, else the stack's "
-                                     "gateway_url)")
+    o.add_argument(
+        "--gateway", help=f"gateway URL (default: ${GATEWAY_ENV}, else the stack's gateway_url)"
+    )
     o.add_argument("--concurrency", "-c", type=int, default=8)
     o.add_argument("--timeout", type=float, default=600.0, help="per-request timeout (s)")
     o.add_argument("--max-attempts", type=int, default=6, help="attempts per document")
@@ -110,8 +119,9 @@ def _selection(fleet: Fleet, a: argparse.Namespace) -> list[Any]:
     kinds = tuple(a.kind) if a.kind else None
     insts = fleet.select(kinds=kinds, ports=a.port, cards=a.card, names=a.name, hosts=a.host)
     if not insts:
-        raise TopologyError("the selection matches no instance; known ports: "
-                            + fleet.describe_ports())
+        raise TopologyError(
+            "the selection matches no instance; known ports: " + fleet.describe_ports()
+        )
     return insts
 
 
@@ -130,16 +140,42 @@ def cmd_status(fleet: Fleet, a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps({"ok": not bad, "instances": rows}, indent=2))
         return BAD if bad else OK
-    cols = ["host", "card", "kind", "port", "container", "container_state", "health", "vllm",
-            "gateway"]
+    cols = [
+        "host",
+        "card",
+        "kind",
+        "port",
+        "container",
+        "container_state",
+        "health",
+        "vllm",
+        "gateway",
+    ]
     out = _console()
-    out.print(_table("fleet status", ["host", "card", "kind", "port", "container", "container",
-                                      "health", "vLLM", "gateway view"],
-                     [[r[c] for c in cols] for r in rows], [r["ok"] for r in rows]))
+    out.print(
+        _table(
+            "fleet status",
+            [
+                "host",
+                "card",
+                "kind",
+                "port",
+                "container",
+                "container",
+                "health",
+                "vLLM",
+                "gateway view",
+            ],
+            [[r[c] for c in cols] for r in rows],
+            [r["ok"] for r in rows],
+        )
+    )
     for e in dict.fromkeys(r["docker_error"] for r in rows if "docker_error" in r):
         out.print(f"[red]docker: {e}[/]")
-    out.print(f"{len(rows) - len(bad)}/{len(rows)} healthy" + (
-        "; unhealthy: " + ", ".join(f"{r['kind']} {r['port']}" for r in bad) if bad else ""))
+    out.print(
+        f"{len(rows) - len(bad)}/{len(rows)} healthy"
+        + ("; unhealthy: " + ", ".join(f"{r['kind']} {r['port']}" for r in bad) if bad else "")
+    )
     return BAD if bad else OK
 
 
@@ -149,14 +185,35 @@ def cmd_ports(fleet: Fleet, a: argparse.Namespace) -> int:
     # after `pulumi up` the ports should listen; before it they should be free
     bad = [r for r in results if r.state in (TAKEN, BOUND)]
     if a.json:
-        print(json.dumps([{"host": r.inst.host, "kind": r.inst.kind, "port": r.inst.port,
-                           "state": r.state, "detail": r.detail, "owner": r.owner}
-                          for r in results], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "host": r.inst.host,
+                        "kind": r.inst.kind,
+                        "port": r.inst.port,
+                        "state": r.state,
+                        "detail": r.detail,
+                        "owner": r.owner,
+                    }
+                    for r in results
+                ],
+                indent=2,
+            )
+        )
     else:
         out = _console()
-        out.print(_table("planned ports", ["host", "kind", "port", "state", "detail", "process"],
-                         [[r.inst.host, r.inst.kind, r.inst.port, r.state, r.detail, r.owner]
-                          for r in results], [r.state in (LISTENING, FREE) for r in results]))
+        out.print(
+            _table(
+                "planned ports",
+                ["host", "kind", "port", "state", "detail", "process"],
+                [
+                    [r.inst.host, r.inst.kind, r.inst.port, r.state, r.detail, r.owner]
+                    for r in results
+                ],
+                [r.state in (LISTENING, FREE) for r in results],
+            )
+        )
         counts = {s: sum(r.state == s for r in results) for s in {r.state for r in results}}
         out.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     return BAD if bad else OK
@@ -169,11 +226,26 @@ def cmd_verify(fleet: Fleet, a: argparse.Namespace) -> int:
         print(json.dumps({"ok": not bad, "checks": rows}, indent=2))
     else:
         out = _console()
-        out.print(_table("verify", ["host", "card", "kind", "port", "check", "result", "detail",
-                                    "seconds"],
-                         [[r["host"], r["card"], r["kind"], r["port"], r["check"],
-                           "ok" if r["ok"] else "FAIL", r["detail"], r["elapsed_s"]]
-                          for r in rows], [r["ok"] for r in rows]))
+        out.print(
+            _table(
+                "verify",
+                ["host", "card", "kind", "port", "check", "result", "detail", "seconds"],
+                [
+                    [
+                        r["host"],
+                        r["card"],
+                        r["kind"],
+                        r["port"],
+                        r["check"],
+                        "ok" if r["ok"] else "FAIL",
+                        r["detail"],
+                        r["elapsed_s"],
+                    ]
+                    for r in rows
+                ],
+                [r["ok"] for r in rows],
+            )
+        )
         out.print(f"{len(rows) - len(bad)}/{len(rows)} passed")
     return BAD if bad else OK
 
@@ -190,8 +262,7 @@ def cmd_restart(fleet: Fleet, a: argparse.Namespace) -> int:
 
 def cmd_logs(fleet: Fleet, a: argparse.Namespace) -> int:
     inst = fleet.find(a.kind, a.port, a.host)
-    return ops.logs(inst, Docker(), lambda m: print(m, file=sys.stderr), a.tail, a.follow,
-                    a.file)
+    return ops.logs(inst, Docker(), lambda m: print(m, file=sys.stderr), a.tail, a.follow, a.file)
 
 
 def cmd_npu(fleet: Fleet, a: argparse.Namespace) -> int:
@@ -209,17 +280,24 @@ def cmd_ocr(a: argparse.Namespace) -> int:
         try:
             url = load_fleet(a.outputs, a.stack).gateway_url
         except TopologyError as e:
-            raise TopologyError(f"no gateway URL: pass --gateway URL or set {GATEWAY_ENV} ({e})"
-                                ) from None
+            raise TopologyError(
+                f"no gateway URL: pass --gateway URL or set {GATEWAY_ENV} ({e})"
+            ) from None
         if not url:
             raise TopologyError("the stack outputs have no gateway_url; pass --gateway URL")
     err = _console(stderr=True)
     work = batch.plan(a.inputs, a.out, force=a.force)
-    err.print(f"{len(work.todo)} to OCR, {len(work.uptodate)} up to date (skipped), "
-              f"{len(work.invalid)} invalid; gateway {url}")
+    err.print(
+        f"{len(work.todo)} to OCR, {len(work.uptodate)} up to date (skipped), "
+        f"{len(work.invalid)} invalid; gateway {url}"
+    )
     summary = batch.Summary()
-    client = AsyncClient(url, timeout=a.timeout, retry=RetryPolicy(max_attempts=a.max_attempts),
-                         on_retry=summary.on_retry)
+    client = AsyncClient(
+        url,
+        timeout=a.timeout,
+        retry=RetryPolicy(max_attempts=a.max_attempts),
+        on_retry=summary.on_retry,
+    )
 
     async def main() -> None:
         async with client:
@@ -232,9 +310,11 @@ def cmd_ocr(a: argparse.Namespace) -> int:
     failures = work.invalid + summary.failures
     report = batch.write_report(a.report or a.out / batch.REPORT_NAME, failures)
     rate = summary.done / summary.elapsed if summary.elapsed > 0 else 0.0
-    err.print(f"{'interrupted: ' if summary.interrupted else ''}{summary.done} done "
-              f"({summary.pages} pages), {len(failures)} failed, {len(work.uptodate)} skipped "
-              f"in {summary.elapsed:.1f}s ({rate:.2f} doc/s, {summary.retries} retries)")
+    err.print(
+        f"{'interrupted: ' if summary.interrupted else ''}{summary.done} done "
+        f"({summary.pages} pages), {len(failures)} failed, {len(work.uptodate)} skipped "
+        f"in {summary.elapsed:.1f}s ({rate:.2f} doc/s, {summary.retries} retries)"
+    )
     if report:
         err.print(f"failures report: {report}")
         for f in failures[:10]:
@@ -247,8 +327,15 @@ def cmd_ocr(a: argparse.Namespace) -> int:
     return BAD if failures else OK
 
 
-COMMANDS = {"status": cmd_status, "ports": cmd_ports, "verify": cmd_verify,
-            "restart": cmd_restart, "logs": cmd_logs, "npu": cmd_npu, "start-all": cmd_start_all}
+COMMANDS = {
+    "status": cmd_status,
+    "ports": cmd_ports,
+    "verify": cmd_verify,
+    "restart": cmd_restart,
+    "logs": cmd_logs,
+    "npu": cmd_npu,
+    "start-all": cmd_start_all,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,25 +68,39 @@ class Docker:
     def argv(self, *args: str) -> list[str]:
         return [self.binary, *args]
 
-    def run(self, args: Sequence[str], docker_host: str | None = None, *,
-            check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        args: Sequence[str],
+        docker_host: str | None = None,
+        *,
+        check: bool = True,
+        timeout: float | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``docker ARGS`` and capture its output; raise `DockerError` on failure."""
         if not self.available:
             raise DockerError(f"the `{self.binary}` CLI is not on PATH")
         try:
-            proc = subprocess.run(self.argv(*args), env=self.env(docker_host), text=True,
-                                  capture_output=True, timeout=timeout or self.timeout,
-                                  check=False)
+            proc = subprocess.run(
+                self.argv(*args),
+                env=self.env(docker_host),
+                text=True,
+                capture_output=True,
+                timeout=timeout or self.timeout,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             raise DockerError(f"docker {' '.join(args)}: timed out") from None
         if check and proc.returncode != 0:
             where = f" (DOCKER_HOST={docker_host})" if docker_host else ""
-            raise DockerError(f"docker {' '.join(args)}{where} exited {proc.returncode}: "
-                              f"{(proc.stderr or proc.stdout).strip()[-400:]}")
+            raise DockerError(
+                f"docker {' '.join(args)}{where} exited {proc.returncode}: "
+                f"{(proc.stderr or proc.stdout).strip()[-400:]}"
+            )
         return proc
 
-    def inspect(self, names: Sequence[str], docker_host: str | None = None
-                ) -> dict[str, ContainerState]:
+    def inspect(
+        self, names: Sequence[str], docker_host: str | None = None
+    ) -> dict[str, ContainerState]:
         """State of each named container; absent ones come back with status ``missing``.
 
         ``docker inspect`` prints the containers it found and exits 1 when any is absent,
@@ -106,9 +120,13 @@ class Docker:
             name = str(item.get("Name", "")).lstrip("/")
             st = item.get("State") or {}
             health = (st.get("Health") or {}).get("Status")
-            found[name] = ContainerState(name=name, status=st.get("Status", "unknown"),
-                                         health=health, exit_code=st.get("ExitCode"),
-                                         started_at=st.get("StartedAt"))
+            found[name] = ContainerState(
+                name=name,
+                status=st.get("Status", "unknown"),
+                health=health,
+                exit_code=st.get("ExitCode"),
+                started_at=st.get("StartedAt"),
+            )
         return {n: found.get(n, ContainerState(name=n, status="missing")) for n in names}
 
     def restart(self, name: str, docker_host: str | None = None) -> None:
@@ -137,17 +155,25 @@ class Docker:
         except KeyboardInterrupt:
             return 130
 
-    def shell(self, command: str, docker_host: str | None = None,
-              timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    def shell(
+        self, command: str, docker_host: str | None = None, timeout: float | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run a rendered shell command (e.g. a PaddleX ``start_command``) with that host's
         ``DOCKER_HOST``."""
         try:
-            proc = subprocess.run(["sh", "-c", command], env=self.env(docker_host), text=True,
-                                  capture_output=True, timeout=timeout or self.timeout,
-                                  check=False)
+            proc = subprocess.run(
+                ["sh", "-c", command],
+                env=self.env(docker_host),
+                text=True,
+                capture_output=True,
+                timeout=timeout or self.timeout,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             raise DockerError(f"`{command}` timed out") from None
         if proc.returncode != 0:
-            raise DockerError(f"`{command}` exited {proc.returncode}: "
-                              f"{(proc.stderr or proc.stdout).strip()[-400:]}")
+            raise DockerError(
+                f"`{command}` exited {proc.returncode}: "
+                f"{(proc.stderr or proc.stdout).strip()[-400:]}"
+            )
         return proc

@@ -26,8 +26,9 @@ from fleetctl.topology import Fleet, Instance
 Say = Callable[[str], None]
 
 
-def container_states(docker: Docker, insts: list[Instance]
-                     ) -> dict[tuple[str, str], ContainerState | str]:
+def container_states(
+    docker: Docker, insts: list[Instance]
+) -> dict[tuple[str, str], ContainerState | str]:
     """``(host, container) -> ContainerState``, or a string when it could not be read."""
     out: dict[tuple[str, str], ContainerState | str] = {}
     if not docker.available:
@@ -47,8 +48,9 @@ def container_states(docker: Docker, insts: list[Instance]
     return out
 
 
-def _gateway_view(inst: Instance, ups: dict[str, dict[str, Any]] | None, summary: str
-                  ) -> tuple[str, bool]:
+def _gateway_view(
+    inst: Instance, ups: dict[str, dict[str, Any]] | None, summary: str
+) -> tuple[str, bool]:
     if inst.kind == "gateway":
         return summary, ups is not None
     if ups is None:
@@ -68,8 +70,9 @@ def _gateway_view(inst: Instance, ups: dict[str, dict[str, Any]] | None, summary
     return text, state == "healthy"
 
 
-async def status(fleet: Fleet, insts: list[Instance], docker: Docker,
-                 timeout: float = 5.0) -> list[dict[str, Any]]:
+async def status(
+    fleet: Fleet, insts: list[Instance], docker: Docker, timeout: float = 5.0
+) -> list[dict[str, Any]]:
     """One row per instance: container state, HTTP health, bound vLLM, gateway view, ``ok``."""
     states = await asyncio.to_thread(container_states, docker, insts)
     async with httpx.AsyncClient(trust_env=False) as http:
@@ -84,22 +87,32 @@ async def status(fleet: Fleet, insts: list[Instance], docker: Docker,
         if isinstance(st, ContainerState):
             cstate, c_ok = st.describe(), st.running
         elif st.startswith("error: "):
-            cstate, c_ok, docker_error = "docker error", False, st[len("error: "):]
+            cstate, c_ok, docker_error = "docker error", False, st[len("error: ") :]
         else:
             cstate, c_ok = st, True  # no docker CLI here: judge by HTTP alone
         view, g_ok = _gateway_view(inst, ups, summary)
-        rows.append({
-            "host": inst.host, "card": inst.card, "kind": inst.kind, "port": inst.port,
-            "url": inst.url, "container": inst.container, "container_state": cstate,
-            "health": h.detail, "vllm": inst.vllm_port, "gateway": view,
-            "ok": c_ok and h.ok and g_ok,
-            **({"docker_error": docker_error} if docker_error else {}),
-        })
+        rows.append(
+            {
+                "host": inst.host,
+                "card": inst.card,
+                "kind": inst.kind,
+                "port": inst.port,
+                "url": inst.url,
+                "container": inst.container,
+                "container_state": cstate,
+                "health": h.detail,
+                "vllm": inst.vllm_port,
+                "gateway": view,
+                "ok": c_ok and h.ok and g_ok,
+                **({"docker_error": docker_error} if docker_error else {}),
+            }
+        )
     return rows
 
 
-async def verify(fleet: Fleet, insts: list[Instance], timeout: float = 300.0,
-                 concurrency: int = 16) -> list[dict[str, Any]]:
+async def verify(
+    fleet: Fleet, insts: list[Instance], timeout: float = 300.0, concurrency: int = 16
+) -> list[dict[str, Any]]:
     """End-to-end check of each instance on its own (vLLM models, PaddleX parse, gateway OCR)."""
     sem = asyncio.Semaphore(concurrency)
 
@@ -111,9 +124,17 @@ async def verify(fleet: Fleet, insts: list[Instance], timeout: float = 300.0,
                 check, p = "POST /layout-parsing", await probes.paddlex_parse(http, inst, timeout)
             else:
                 check, p = "POST /ocr", await probes.gateway_ocr(http, inst.url, timeout)
-        return {"host": inst.host, "card": inst.card, "kind": inst.kind, "port": inst.port,
-                "url": inst.url, "check": check, "ok": p.ok, "detail": p.detail,
-                "elapsed_s": round(p.elapsed_s, 3)}
+        return {
+            "host": inst.host,
+            "card": inst.card,
+            "kind": inst.kind,
+            "port": inst.port,
+            "url": inst.url,
+            "check": check,
+            "ok": p.ok,
+            "detail": p.detail,
+            "elapsed_s": round(p.elapsed_s, 3),
+        }
 
     async with httpx.AsyncClient(trust_env=False) as http:
         return list(await asyncio.gather(*(one(http, i) for i in insts)))
@@ -142,8 +163,10 @@ def start_paddlex(inst: Instance, docker: Docker, say: Say) -> None:
 
 def restart(inst: Instance, docker: Docker, say: Say, wait: float | None = 600.0) -> bool:
     """``docker restart``; for PaddleX also re-run its start command; then wait for /health."""
-    say(f"{inst.label}: docker restart {inst.container}"
-        + (f" (DOCKER_HOST={inst.docker_host})" if inst.docker_host else ""))
+    say(
+        f"{inst.label}: docker restart {inst.container}"
+        + (f" (DOCKER_HOST={inst.docker_host})" if inst.docker_host else "")
+    )
     docker.restart(inst.container, inst.docker_host)
     if inst.kind == "paddlex":
         start_paddlex(inst, docker, say)
@@ -152,8 +175,7 @@ def restart(inst: Instance, docker: Docker, say: Say, wait: float | None = 600.0
     return asyncio.run(_wait([inst], wait, say))
 
 
-def start_all(insts: list[Instance], docker: Docker, say: Say,
-              wait: float | None = 600.0) -> bool:
+def start_all(insts: list[Instance], docker: Docker, say: Say, wait: float | None = 600.0) -> bool:
     """Start stopped containers (vLLM and gateway first), then (re)start PaddleX services.
 
     A PaddleX container whose service does not answer ``/health`` gets its start command
@@ -175,9 +197,13 @@ def start_all(insts: list[Instance], docker: Docker, say: Say,
     backends = [i for i in insts if i.kind != "paddlex"]
     if wait is not None:
         ok &= asyncio.run(_wait(backends, wait, say))
-    paddlex = [i for i in insts if i.kind == "paddlex"
-               and isinstance(states[(i.host, i.container)], ContainerState)
-               and states[(i.host, i.container)].status != "missing"]
+    paddlex = [
+        i
+        for i in insts
+        if i.kind == "paddlex"
+        and isinstance(states[(i.host, i.container)], ContainerState)
+        and states[(i.host, i.container)].status != "missing"
+    ]
 
     async def down(cands: list[Instance]) -> list[Instance]:
         async with httpx.AsyncClient(trust_env=False) as http:
@@ -203,8 +229,14 @@ def start_all(insts: list[Instance], docker: Docker, say: Say,
     return ok
 
 
-def logs(inst: Instance, docker: Docker, say: Say, tail: int | None = 100,
-         follow: bool = False, from_file: bool = False) -> int:
+def logs(
+    inst: Instance,
+    docker: Docker,
+    say: Say,
+    tail: int | None = 100,
+    follow: bool = False,
+    from_file: bool = False,
+) -> int:
     """``docker logs`` of the instance's container, or ``tail`` of its log file inside it."""
     if from_file:
         if not inst.log:
@@ -214,16 +246,23 @@ def logs(inst: Instance, docker: Docker, say: Say, tail: int | None = 100,
     else:
         argv = docker.logs_argv(inst.container, tail, follow)
         if inst.log:
-            say(f"# the service also logs to {inst.log} inside {inst.container} "
-                f"(fleetctl logs {inst.kind} {inst.port} --file)")
+            say(
+                f"# the service also logs to {inst.log} inside {inst.container} "
+                f"(fleetctl logs {inst.kind} {inst.port} --file)"
+            )
     return docker.stream(argv, inst.docker_host)
 
 
 NPU_TOOLS = {"ascend": ["npu-smi", "info"], "nvidia": ["nvidia-smi"]}
 
 
-def npu(fleet: Fleet, insts: list[Instance], docker: Docker, say: Say,
-        run: Callable[[list[str], str | None], tuple[int, str]] | None = None) -> bool:
+def npu(
+    fleet: Fleet,
+    insts: list[Instance],
+    docker: Docker,
+    say: Say,
+    run: Callable[[list[str], str | None], tuple[int, str]] | None = None,
+) -> bool:
     """Run ``npu-smi info`` (Ascend) or ``nvidia-smi`` (NVIDIA) for each selected host.
 
     On a host without its own ``docker_host`` the tool runs here when it is on ``PATH``;
@@ -233,8 +272,14 @@ def npu(fleet: Fleet, insts: list[Instance], docker: Docker, say: Say,
     import subprocess
 
     def default_run(argv: list[str], docker_host: str | None) -> tuple[int, str]:
-        p = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60,
-                           env=docker.env(docker_host))
+        p = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+            env=docker.env(docker_host),
+        )
         return p.returncode, (p.stdout + p.stderr)
 
     run = run or default_run

@@ -111,8 +111,13 @@ def owner(port: int) -> str | None:
     """``name[pid]`` of the process listening on `port` locally, if it can be seen."""
     if shutil.which("ss"):
         try:
-            out = subprocess.run(["ss", "-Hltnp", f"sport = :{port}"], capture_output=True,
-                                 text=True, timeout=5, check=False).stdout
+            out = subprocess.run(
+                ["ss", "-Hltnp", f"sport = :{port}"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+            ).stdout
         except (OSError, subprocess.TimeoutExpired):
             out = ""
         m = _SS_USERS.search(out)

@@ -112,8 +112,9 @@ class Fleet:
             raise TopologyError(f"no {kind} on port {port}" + (f" of host {host}" if host else ""))
         if len(matches) > 1:
             names = ", ".join(m.host for m in matches)
-            raise TopologyError(f"{kind} port {port} exists on several hosts ({names}); "
-                                "pick one with --host")
+            raise TopologyError(
+                f"{kind} port {port} exists on several hosts ({names}); pick one with --host"
+            )
         return matches[0]
 
     def describe_ports(self, kinds: tuple[str, ...] | None = None) -> str:
@@ -146,8 +147,9 @@ def compact_ranges(values: list[int]) -> str:
     return ", ".join(out)
 
 
-def read_outputs(outputs: str | os.PathLike[str] | None = None,
-                 stack: str | None = None) -> dict[str, Any]:
+def read_outputs(
+    outputs: str | os.PathLike[str] | None = None, stack: str | None = None
+) -> dict[str, Any]:
     """The stack outputs as a dict, from a file, `FLEETCTL_OUTPUTS` or the Pulumi CLI."""
     path = outputs or os.environ.get(OUTPUTS_ENV)
     if path:
@@ -170,8 +172,9 @@ def read_outputs(outputs: str | os.PathLike[str] | None = None,
     except (OSError, subprocess.TimeoutExpired) as e:
         raise TopologyError(f"`{' '.join(cmd)}` failed: {e}") from None
     if proc.returncode != 0:
-        raise TopologyError(f"`{' '.join(cmd)}` exited {proc.returncode}: "
-                            f"{proc.stderr.strip()[-500:]}")
+        raise TopologyError(
+            f"`{' '.join(cmd)}` exited {proc.returncode}: {proc.stderr.strip()[-500:]}"
+        )
     try:
         return _as_outputs(json.loads(proc.stdout), "pulumi stack output")
     except json.JSONDecodeError as e:
@@ -206,31 +209,60 @@ def parse_fleet(outputs: dict[str, Any]) -> Fleet:
             card = c.get("card")
             for v in c.get("vllm") or []:
                 vurl = _url(v, common["address"])
-                instances.append(Instance(
-                    kind="vllm", card=card, port=int(v["port"]), url=vurl,
-                    container=v.get("container", ""), log=v.get("log"),
-                    served_model=v.get("served_model_name") or model, **common))
+                instances.append(
+                    Instance(
+                        kind="vllm",
+                        card=card,
+                        port=int(v["port"]),
+                        url=vurl,
+                        container=v.get("container", ""),
+                        log=v.get("log"),
+                        served_model=v.get("served_model_name") or model,
+                        **common,
+                    )
+                )
                 for p in v.get("paddlex") or []:
-                    instances.append(Instance(
-                        kind="paddlex", card=card, port=int(p["port"]),
-                        url=_url(p, common["address"]), container=p.get("container", ""),
-                        log=p.get("log"), vllm_url=vurl, vllm_port=int(v["port"]),
-                        start_command=p.get("start_command"),
-                        pipeline_config=p.get("pipeline_config"), served_model=model,
-                        **common))
+                    instances.append(
+                        Instance(
+                            kind="paddlex",
+                            card=card,
+                            port=int(p["port"]),
+                            url=_url(p, common["address"]),
+                            container=p.get("container", ""),
+                            log=p.get("log"),
+                            vllm_url=vurl,
+                            vllm_port=int(v["port"]),
+                            start_command=p.get("start_command"),
+                            pipeline_config=p.get("pipeline_config"),
+                            served_model=model,
+                            **common,
+                        )
+                    )
     gw = topo.get("gateway")
     gateway_url = outputs.get("gateway_url") or (gw or {}).get("url")
     if gw and gw.get("port"):
         h = by_name.get(gw.get("host", ""), {})
         address = h.get("address") or "127.0.0.1"
-        instances.append(Instance(
-            kind="gateway", host=gw.get("host") or "local", address=address,
-            docker_host=h.get("docker_host") or None, accelerator=h.get("accelerator") or "-",
-            card=None, port=int(gw["port"]), url=(gw.get("url") or gateway_url
-                                                   or f"http://{address}:{gw['port']}"),
-            container=gw.get("container", ""), log=None, served_model=model))
-    return Fleet(instances=instances, gateway_url=gateway_url.rstrip("/") if gateway_url else None,
-                 hosts=list(hosts))
+        instances.append(
+            Instance(
+                kind="gateway",
+                host=gw.get("host") or "local",
+                address=address,
+                docker_host=h.get("docker_host") or None,
+                accelerator=h.get("accelerator") or "-",
+                card=None,
+                port=int(gw["port"]),
+                url=(gw.get("url") or gateway_url or f"http://{address}:{gw['port']}"),
+                container=gw.get("container", ""),
+                log=None,
+                served_model=model,
+            )
+        )
+    return Fleet(
+        instances=instances,
+        gateway_url=gateway_url.rstrip("/") if gateway_url else None,
+        hosts=list(hosts),
+    )
 
 
 def _url(entry: dict[str, Any], address: str) -> str:

@@ -26,5 +26,6 @@ else
 fi
 
 ruff check .
+ruff format --check .
 python -m pytest "$@"
 echo "scripts/test.sh finished in $(( $(date +%s) - started )) s"

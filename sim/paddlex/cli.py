@@ -42,8 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
         "pipeline that asks the configured vLLM; no real OCR.",
         allow_abbrev=False,
     )
-    parser.add_argument("--serve", action="store_true", required=True,
-                        help="serve the pipeline over HTTP (the only mode simulated)")
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        required=True,
+        help="serve the pipeline over HTTP (the only mode simulated)",
+    )
     parser.add_argument("--pipeline", required=True, help="pipeline config YAML")
     parser.add_argument("--device", type=_device, default=None, help="cpu | gpu[:N] | npu[:N]")
     parser.add_argument("--host", default="0.0.0.0", help="bind address (default 0.0.0.0)")
@@ -69,9 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("Failed to create the pipeline", exc_info=True)
         return 1
     load_seconds = float(os.environ.get("PADDLEX_SIM_LOAD_SECONDS", "2"))
-    log.info("device %s: simulating model load for %gs; VLM %s (model %s)",
-             args.device, load_seconds, pipeline.settings.server_url,
-             pipeline.settings.model_name)
+    log.info(
+        "device %s: simulating model load for %gs; VLM %s (model %s)",
+        args.device,
+        load_seconds,
+        pipeline.settings.server_url,
+        pipeline.settings.model_name,
+    )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # uvicorn installs its own later
     time.sleep(max(0.0, load_seconds))
     run_server(create_pipeline_app(pipeline, config), host=args.host, port=args.port)

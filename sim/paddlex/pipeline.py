@@ -22,13 +22,22 @@ from .settings import PipelineSettings
 from .vlm import PROMPTS, VLMClient
 
 _SETTING_KEYS = (
-    "use_layout_detection", "use_chart_recognition", "use_seal_recognition",
-    "use_ocr_for_image_block", "format_block_content", "merge_layout_blocks",
+    "use_layout_detection",
+    "use_chart_recognition",
+    "use_seal_recognition",
+    "use_ocr_for_image_block",
+    "format_block_content",
+    "merge_layout_blocks",
     "markdown_ignore_labels",
 )
 _VLM_OPTION_KEYS = (
-    "repetition_penalty", "temperature", "top_p", "min_pixels", "max_pixels",
-    "max_new_tokens", "vlm_extra_args",
+    "repetition_penalty",
+    "temperature",
+    "top_p",
+    "min_pixels",
+    "max_pixels",
+    "max_new_tokens",
+    "vlm_extra_args",
 )
 _LAYOUT_TEXT_CLS_ID = 22
 
@@ -67,15 +76,25 @@ class SimPaddleOCRVLPipeline:
             "width": width,
             "height": height,
             "doc_preprocessor_res": {
-                "input_path": None, "page_index": None,
-                "model_settings": {"use_doc_orientation_classify": False,
-                                   "use_doc_unwarping": False},
+                "input_path": None,
+                "page_index": None,
+                "model_settings": {
+                    "use_doc_orientation_classify": False,
+                    "use_doc_unwarping": False,
+                },
                 "angle": -1,
             },
             "layout_det_res": {
-                "input_path": None, "page_index": None,
-                "boxes": [{"cls_id": _LAYOUT_TEXT_CLS_ID, "label": label, "score": 1.0,
-                           "coordinate": [float(v) for v in bbox]}],
+                "input_path": None,
+                "page_index": None,
+                "boxes": [
+                    {
+                        "cls_id": _LAYOUT_TEXT_CLS_ID,
+                        "label": label,
+                        "score": 1.0,
+                        "coordinate": [float(v) for v in bbox],
+                    }
+                ],
             },
             "table_res_list": [],
             "parsing_res_list": [PaddleOCRVLBlock(label=label, bbox=bbox, content=text)],

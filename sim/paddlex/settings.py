@@ -9,11 +9,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SERVER_BACKENDS = (
-    "fastdeploy-server", "vllm-server", "sglang-server", "mlx-vlm-server", "llama-cpp-server",
+    "fastdeploy-server",
+    "vllm-server",
+    "sglang-server",
+    "mlx-vlm-server",
+    "llama-cpp-server",
 )
 VL_PIPELINES = ("PaddleOCR-VL", "PaddleOCR-VL-1.5", "PaddleOCR-VL-1.6")
 DEFAULT_MARKDOWN_IGNORE_LABELS = (
-    "number", "footnote", "header", "header_image", "footer", "footer_image", "aside_text",
+    "number",
+    "footnote",
+    "header",
+    "header_image",
+    "footer",
+    "footer_image",
+    "aside_text",
 )
 
 

@@ -55,13 +55,15 @@ class VLMClient:
         """The JSON body PaddleX would send for one image."""
         body: dict[str, Any] = {
             "model": self.model_name,
-            "messages": [{
-                "role": "user",
-                "content": [
-                    {"type": "image_url", "image_url": {"url": jpeg_data_url(image_bgr)}},
-                    {"type": "text", "text": prompt},
-                ],
-            }],
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": jpeg_data_url(image_bgr)}},
+                        {"type": "text", "text": prompt},
+                    ],
+                }
+            ],
             "temperature": options.get("temperature") or 0,
             "max_completion_tokens": options.get("max_new_tokens") or MAX_NEW_TOKENS,
         }

@@ -150,8 +150,11 @@ def _split_flags(tokens: Sequence[str]) -> tuple[str | None, dict[str, str | boo
             raise UsageError(f"{name} needs a value")
     if unknown:
         raise UsageError(
-            "unrecognized arguments: " + " ".join(unknown)
-            + " (the vLLM simulator accepts only: " + " ".join(ACCEPTED_FLAGS) + ")"
+            "unrecognized arguments: "
+            + " ".join(unknown)
+            + " (the vLLM simulator accepts only: "
+            + " ".join(ACCEPTED_FLAGS)
+            + ")"
         )
     if extra:
         raise UsageError(f"unexpected extra arguments: {extra}")

@@ -90,13 +90,22 @@ def build_app(args: ServeArgs) -> FastAPI:
             "root": args.model,
             "parent": None,
             "max_model_len": args.max_model_len,
-            "permission": [{
-                "id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
-                "created": created, "allow_create_engine": False, "allow_sampling": True,
-                "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
-                "allow_fine_tuning": False, "organization": "*", "group": None,
-                "is_blocking": False,
-            }],
+            "permission": [
+                {
+                    "id": f"modelperm-{uuid.uuid4().hex}",
+                    "object": "model_permission",
+                    "created": created,
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
         }
         return {"object": "list", "data": [card]}
 
@@ -120,24 +129,40 @@ def build_app(args: ServeArgs) -> FastAPI:
         text = answer_text(args.port, model, body["messages"])
         prompt_tokens = sum(len(json.dumps(m)) // 4 for m in body["messages"])
         completion_tokens = max(1, len(text) // 4)
-        return JSONResponse({
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None,
-                            "annotations": None, "audio": None, "function_call": None,
-                            "tool_calls": [], "reasoning_content": None},
-                "logprobs": None, "finish_reason": "stop", "stop_reason": None,
-            }],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens,
-                      "prompt_tokens_details": None},
-            "prompt_logprobs": None,
-            "kv_transfer_params": None,
-        })
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": text,
+                            "refusal": None,
+                            "annotations": None,
+                            "audio": None,
+                            "function_call": None,
+                            "tool_calls": [],
+                            "reasoning_content": None,
+                        },
+                        "logprobs": None,
+                        "finish_reason": "stop",
+                        "stop_reason": None,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                    "prompt_tokens_details": None,
+                },
+                "prompt_logprobs": None,
+                "kv_transfer_params": None,
+            }
+        )
 
     return app
 
@@ -149,10 +174,17 @@ def serve(args: ServeArgs) -> int:
     load_seconds = _env_float("VLLM_SIM_LOAD_SECONDS", 3.0)
     # As PID 1 of a container a process without a handler ignores SIGTERM: stop promptly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    print(f"INFO sim-vllm: loading {args.model} as {args.served_model_name!r} "
-          f"for {load_seconds:g}s (port {args.port} closed)", file=sys.stderr, flush=True)
+    print(
+        f"INFO sim-vllm: loading {args.model} as {args.served_model_name!r} "
+        f"for {load_seconds:g}s (port {args.port} closed)",
+        file=sys.stderr,
+        flush=True,
+    )
     time.sleep(max(0.0, load_seconds))
-    print(f"INFO sim-vllm: model loaded; serving on {args.host}:{args.port}",
-          file=sys.stderr, flush=True)
+    print(
+        f"INFO sim-vllm: model loaded; serving on {args.host}:{args.port}",
+        file=sys.stderr,
+        flush=True,
+    )
     uvicorn.run(build_app(args), host=args.host, port=args.port, log_level="info")
     return 0
