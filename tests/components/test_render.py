@@ -3,7 +3,6 @@
 import contextlib
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from components import plan as plan_module
 from components import render
 from components.plan import build_plan
 from components.settings import load_settings
+from tests.ports import free_port, free_ports
 
 FAKE_DOCKER = Path(__file__).with_name("fake_docker.py")
 
@@ -131,12 +131,6 @@ def _executable(path: Path, text: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class _Server:
     """A loopback HTTP server answering GET with a fixed body, starting after `delay` seconds."""
 
@@ -173,14 +167,15 @@ def _answer(body: bytes):
 
 def _settings_on(port: int, timeout: int = 20):
     """One vLLM on `port`, its PaddleX and the gateway on other free ports."""
+    paddlex_port, gateway_port = [p for p in free_ports(3) if p != port][:2]
     settings = load_settings(
         {
             "cards": "1",
             "vllmPerCard": "1",
             "paddlexPerVllm": "1",
             "vllmBasePort": str(port),
-            "paddlexBasePort": str(_free_port()),
-            "gatewayPort": str(_free_port()),
+            "paddlexBasePort": str(paddlex_port),
+            "gatewayPort": str(gateway_port),
             "vllmReadyTimeout": str(timeout),
             "paddlexReadyTimeout": str(timeout),
             "readyPollInterval": "1",
@@ -191,7 +186,7 @@ def _settings_on(port: int, timeout: int = 20):
 
 def test_vllm_readiness_waits_until_the_model_is_listed(shell_env):
     env, _, _ = shell_env
-    port = _free_port()
+    port = free_port()
     settings, plan = _settings_on(port)
     models = json.dumps({"object": "list", "data": [{"id": "PaddleOCR-VL-1.5-0.9B"}]}).encode()
     server = _Server(port, models, delay=2.0)
@@ -213,7 +208,7 @@ def test_vllm_readiness_waits_until_the_model_is_listed(shell_env):
 
 def test_vllm_readiness_rejects_a_server_without_the_served_model(shell_env):
     env, _, _ = shell_env
-    port = _free_port()
+    port = free_port()
     settings, plan = _settings_on(port, timeout=2)
     server = _Server(port, b'{"object":"list","data":[{"id":"other-model"}]}')
     try:
@@ -234,7 +229,7 @@ def test_vllm_readiness_rejects_a_server_without_the_served_model(shell_env):
 
 def test_readiness_fails_fast_when_the_container_stopped(shell_env):
     env, _, _ = shell_env
-    settings, plan = _settings_on(_free_port(), timeout=300)
+    settings, plan = _settings_on(free_port(), timeout=300)
     started = time.monotonic()
     result = subprocess.run(
         ["/bin/sh", "-c", render.paddlex_ready_command(settings, plan.paddlex[0])],
@@ -253,19 +248,22 @@ def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
 ):
     env, bin_dir, log = shell_env
     argv_file = _container_paths(tmp_path, bin_dir, monkeypatch)
-    settings, plan = _settings_on(_free_port())
+    settings, plan = _settings_on(free_port())
     paddlex = plan.paddlex[0]
     subprocess.run(
         ["/bin/sh", "-c", render.paddlex_start_command(settings, paddlex)], env=env, check=True
     )
-    pid_file = Path(render.pid_file(paddlex))
-    deadline = time.monotonic() + 10
-    while not (argv_file.exists() and pid_file.exists()) and time.monotonic() < deadline:
+    pid_file, log_file = Path(render.pid_file(paddlex)), Path(paddlex.log_path)
+    # `echo ... > file` creates the file before it writes to it: wait for the whole lines.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (
+        _line_in(argv_file) and _line_in(pid_file) and "serving" in _text(log_file)
+    ):
         time.sleep(0.05)
     assert argv_file.read_text().split() == ["yes", *render.paddlex_argv(settings, paddlex)[1:]]
     pid = int(pid_file.read_text())
     os.kill(pid, 0)  # the service runs, as the pid the start command recorded
-    assert "serving" in Path(paddlex.log_path).read_text()
+    assert "serving" in log_file.read_text()
     first = json.loads(log.read_text().splitlines()[0])
     assert first["argv"][:4] == ["exec", "-d", paddlex.container_name, "bash"]
     assert Path(paddlex.service_script_path).read_text().strip() == (
@@ -273,7 +271,7 @@ def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
     )
 
     subprocess.run(["/bin/sh", "-c", render.paddlex_stop_command(paddlex)], env=env, check=True)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(pid) and not pid_file.exists()
@@ -283,6 +281,18 @@ def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
     subprocess.run(
         ["/bin/sh", "-c", render.paddlex_stop_command(paddlex)], env=env_without_docker, check=True
     )
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def _line_in(path: Path) -> bool:
+    """True once `path` holds at least one whole line."""
+    return "\n" in _text(path)
 
 
 def _container_paths(tmp_path: Path, bin_dir: Path, monkeypatch) -> Path:
@@ -304,7 +314,7 @@ def test_a_restarted_paddlex_container_runs_its_service_again_a_fresh_one_idles(
 ):
     env, bin_dir, _ = shell_env
     argv_file = _container_paths(tmp_path, bin_dir, monkeypatch)
-    settings, plan = _settings_on(_free_port())
+    settings, plan = _settings_on(free_port())
     paddlex = plan.paddlex[0]
     idle = render.paddlex_idle_argv(paddlex)
 
@@ -317,8 +327,8 @@ def test_a_restarted_paddlex_container_runs_its_service_again_a_fresh_one_idles(
     Path(paddlex.service_script_path).write_text(render.paddlex_service_script(settings, paddlex))
     restarted = subprocess.Popen(idle, env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 10
-        while not argv_file.exists() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while not _line_in(argv_file) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert argv_file.read_text().split() == ["yes", *render.paddlex_argv(settings, paddlex)[1:]]
     finally:
@@ -341,7 +351,7 @@ def test_gateway_config_install_swaps_the_file_atomically(shell_env, tmp_path, m
     target = tmp_path / "etc" / "gateway.json"
     target.parent.mkdir()
     monkeypatch.setattr(plan_module, "CONFIG_DIR_IN_CONTAINER", str(target.parent))
-    settings, plan = _settings_on(_free_port())
+    settings, plan = _settings_on(free_port())
     config = render.gateway_config_json(settings, [render.gateway_upstream(plan.paddlex[0])])
     subprocess.run(
         ["/bin/sh", "-c", render.gateway_config_install_command(plan.gateway)],

@@ -153,20 +153,25 @@ def fake_paddlex() -> FastAPI:
     return app
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def reserved_socket() -> socket.socket:
+    """A TCP socket bound to a free loopback port but not listening: connections to the port
+    are refused, and no one else can take the port while the socket is open."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 class Server:
-    """A uvicorn server for `app` on 127.0.0.1 in a background thread."""
+    """A uvicorn server for `app` on 127.0.0.1 in a background thread (on `sock` if given,
+    e.g. from `reserved_socket`, else on `port`)."""
 
-    def __init__(self, app: FastAPI, port: int = 0) -> None:
+    def __init__(self, app: FastAPI, port: int = 0, sock: socket.socket | None = None) -> None:
         self.app = app
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", port))
+        if sock is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+        self.sock = sock
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = uvicorn.Config(app, log_level="warning", lifespan="off")

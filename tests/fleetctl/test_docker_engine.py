@@ -13,7 +13,7 @@ import pytest
 
 from fleetctl.cli import main
 from tests.fleetctl.conftest import one_card_topology
-from tests.fleetctl.fakes import free_port
+from tests.ports import free_port
 
 IMAGE = "paddleocr-fleet/base:bookworm"  # the sim base image (python3 inside)
 

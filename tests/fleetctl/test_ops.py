@@ -15,7 +15,8 @@ from PIL import Image
 from fleetctl.cli import main
 from fleetctl.topology import compact_ranges, load_fleet
 from tests.fleetctl.conftest import FakeDocker
-from tests.fleetctl.fakes import Server, fake_gateway, fake_paddlex, fake_vllm, free_port
+from tests.fleetctl.fakes import Server, fake_gateway, fake_paddlex, fake_vllm
+from tests.ports import free_port
 
 
 class Fleet:

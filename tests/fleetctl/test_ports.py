@@ -12,7 +12,8 @@ import pytest
 from fleetctl.cli import main
 from fleetctl.ports import _proc_owner
 from tests.fleetctl.conftest import one_card_topology
-from tests.fleetctl.fakes import Server, fake_paddlex, fake_vllm, free_port
+from tests.fleetctl.fakes import Server, fake_paddlex, fake_vllm
+from tests.ports import free_port
 
 
 def outputs(tmp_path: Path, vllm: list[int], paddlex: list[int]) -> Path:

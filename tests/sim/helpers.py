@@ -18,6 +18,8 @@ import yaml
 from PIL import Image, ImageDraw
 
 from components.render import PIPELINE_TEMPLATE
+from tests.ports import free_port as free_port
+from tests.ports import free_ports as free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "PaddleOCR-VL-1.5-0.9B"
@@ -37,13 +39,6 @@ VLLM_FLAGS = [
     "--additional_config",
     '{"enable_cpu_binding":true}',
 ]
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def port_open(port: int) -> bool:
