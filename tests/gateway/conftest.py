@@ -18,8 +18,11 @@ from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, step: float = 0.02) -> bool:
-    """Poll `predicate` until it is true (True) or `timeout` seconds pass (False)."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, step: float = 0.02) -> bool:
+    """Poll `predicate` until it is true (True) or `timeout` seconds pass (False).
+
+    The default timeout is generous (a loaded CI machine can stall for seconds); it costs
+    nothing when the predicate comes true early."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -39,12 +42,17 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def gateway_config(upstreams: list[Any], **sections: Any) -> dict[str, Any]:
-    """A test config: fast probes and reloads, small timeouts; ``sections`` deep-merged."""
+    """A test config: fast probes and reloads, small timeouts; ``sections`` deep-merged.
+
+    The probe timeout is a few seconds, not less: the first probe decides an upstream's state
+    at once, and two probe timeouts while it is busy cancel its attempts as "stuck", so a
+    sub-second timeout lets one scheduling stall of a loaded machine take a live double out.
+    Tests of stuck/timeout detection set their own ``health.timeout_s``."""
     base = {
         "upstreams": upstreams,
         "load_balance": {"mode": "round_robin", "max_attempts": 12},
         "http": {"timeout_s": 10, "connect_timeout_s": 1, "request_deadline_s": 30},
-        "health": {"interval_s": 0.2, "timeout_s": 0.5},
+        "health": {"interval_s": 0.2, "timeout_s": 5},
         "reload": {"poll_interval_s": 0.05},
     }
     return deep_merge(base, sections)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import time
 
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import gateway_config, wait_for
@@ -62,13 +63,19 @@ def test_max_attempts_bounds_failover(start_gateway):
 
 def test_attempt_timeout_fails_over(start_gateway):
     with DoubleFleet(2) as fleet:
-        fleet[0].knobs.service_time_s = 3
-        gw = start_gateway(
-            gateway_config(fleet.urls, health={"enabled": False}, http={"timeout_s": 0.3})
-        )
-        r = gw.client.post("/ocr", json={"base64": PNG})
-        assert r.status_code == 200 and r.json()["upstream"] == fleet.urls[1]
-        assert r.json()["failed_attempts"][0]["outcome"] == "timeout"
+        # fleet[0] never answers; http.timeout_s also bounds the good attempt on fleet[1], so
+        # it leaves room for a loaded machine (a good attempt can take a few hundred ms)
+        fleet[0].knobs.hang = True
+        try:
+            gw = start_gateway(
+                gateway_config(fleet.urls, health={"enabled": False}, http={"timeout_s": 2})
+            )
+            r = gw.client.post("/ocr", json={"base64": PNG})
+            assert r.status_code == 200 and r.json()["upstream"] == fleet.urls[1]
+            assert r.json()["failed_attempts"][0]["outcome"] == "timeout"
+            assert fleet[0].stats.hung == 1  # the attempt did reach it
+        finally:
+            fleet[0].knobs.hang = False
 
 
 def test_deadline_504(start_gateway):
@@ -140,47 +147,85 @@ def test_restructure_null_images_pitfall_in_double(fleet):
     assert r.status_code == 500 and r.json()["errorMsg"] == "Internal server error"
 
 
+def queue_depth(gw) -> int:
+    return gw.client.get("/upstreams").json()["queue_depth"]
+
+
 def test_queue_full_503_with_retry_after(start_gateway):
-    with DoubleFleet(1, service_time_s=0.5) as fleet:
+    with DoubleFleet(1) as fleet:
         gw = start_gateway(
             gateway_config(
                 fleet.urls,
-                load_balance={"mode": "queue", "queue_max_depth": 1, "queue_timeout_s": 5},
+                load_balance={"mode": "queue", "queue_max_depth": 1, "queue_timeout_s": 30},
+                http={"timeout_s": 60},
+                health={"enabled": False},  # the held instance would fail its probes
             )
         )
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            futures = [pool.submit(gw.client.post, "/ocr", json={"base64": PNG}) for _ in range(4)]
-            results = [f.result() for f in futures]
-        codes = sorted(r.status_code for r in results)
-        assert codes == [200, 200, 503, 503]
-        refused = [r for r in results if r.status_code == 503]
-        for r in refused:
-            assert int(r.headers["retry-after"]) >= 1
-            assert r.json()["error"]["code"] == "queue_full"
+        # step by step, each on observable state, so no step depends on timing: one request
+        # held at the instance, one waiting in the queue, then two more that find it full
+        fleet[0].knobs.hang = True
+        try:
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+
+                def post() -> concurrent.futures.Future:
+                    return pool.submit(gw.client.post, "/ocr", json={"base64": PNG})
+
+                served = post()
+                assert wait_for(lambda: fleet[0].stats.hung == 1)
+                queued = post()
+                assert wait_for(lambda: queue_depth(gw) == 1)
+                refused = [post(), post()]
+                for r in (f.result(timeout=60) for f in refused):
+                    assert r.status_code == 503
+                    assert int(r.headers["retry-after"]) >= 1
+                    assert r.json()["error"]["code"] == "queue_full"
+                assert not queued.done() and queue_depth(gw) == 1
+                fleet[0].knobs.hang = False
+                assert served.result(timeout=60).status_code == 200
+                assert queued.result(timeout=60).status_code == 200
+        finally:
+            fleet[0].knobs.hang = False
+        assert len(fleet[0].layout_requests()) == 2  # the refused ones never reached it
         assert fleet[0].stats.max_pending == 1  # the instance never had a backlog
 
 
 def test_queue_timeout_503(start_gateway):
-    with DoubleFleet(1, service_time_s=0.6) as fleet:
+    with DoubleFleet(1) as fleet:
         gw = start_gateway(
-            gateway_config(fleet.urls, load_balance={"mode": "queue", "queue_timeout_s": 0.1})
+            gateway_config(
+                fleet.urls,
+                load_balance={"mode": "queue", "queue_timeout_s": 0.1},
+                http={"timeout_s": 60},
+                health={"enabled": False},  # the held instance would fail its probes
+            )
         )
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            results = [
-                f.result()
-                for f in [
-                    pool.submit(gw.client.post, "/ocr", json={"base64": PNG}) for _ in range(2)
-                ]
-            ]
-        late = [r for r in results if r.status_code == 503]
-        assert len(late) == 1 and late[0].json()["error"]["code"] == "queue_timeout"
-        assert "retry-after" in late[0].headers
+        fleet[0].knobs.hang = True  # the first request is held there until released
+        try:
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                first = pool.submit(gw.client.post, "/ocr", json={"base64": PNG})
+                assert wait_for(lambda: fleet[0].stats.hung == 1)
+                sent = time.monotonic()
+                late = pool.submit(gw.client.post, "/ocr", json={"base64": PNG}).result(60)
+                assert time.monotonic() - sent < 10  # queue_timeout_s, not the held request
+                assert late.status_code == 503
+                assert late.json()["error"]["code"] == "queue_timeout"
+                assert "retry-after" in late.headers
+                assert not first.done()
+                fleet[0].knobs.hang = False
+                assert first.result(timeout=60).status_code == 200
+        finally:
+            fleet[0].knobs.hang = False
+        assert len(fleet[0].layout_requests()) == 1  # the late one never reached it
 
 
 def test_queue_mode_dispatches_to_idle_instances(start_gateway):
     with DoubleFleet(3, service_time_s=0.15) as fleet:
-        fleet[0].knobs.service_time_s = 0.6  # a slow instance
-        gw = start_gateway(gateway_config(fleet.urls, load_balance={"mode": "queue"}))
+        # a slow instance: 10x, so the per-request overhead of a loaded machine (a few hundred
+        # ms on every attempt) does not blur the difference
+        fleet[0].knobs.service_time_s = 1.5
+        gw = start_gateway(
+            gateway_config(fleet.urls, load_balance={"mode": "queue"}, health={"enabled": False})
+        )
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
             results = [
                 f.result()
@@ -191,7 +236,9 @@ def test_queue_mode_dispatches_to_idle_instances(start_gateway):
         assert all(r.status_code == 200 for r in results)
         assert all(d.stats.max_pending == 1 for d in fleet.doubles)  # one at a time each
         counts = [len(d.layout_requests()) for d in fleet.doubles]
-        assert counts[0] < counts[1] and counts[0] < counts[2]  # the slow one got less
+        # the slow one got less than its fair share of 3 (with the first wave of 6 concurrent
+        # requests it gets one, at most one more before the fast two have served the rest)
+        assert sum(counts) == 9 and counts[0] <= 2, counts
 
 
 def test_ejection_visible_and_panic(start_gateway):
@@ -275,7 +322,11 @@ def test_retry_budget_stops_failover(start_gateway):
 def test_metrics_names(start_gateway):
     with DoubleFleet(2) as fleet:
         fleet[0].knobs.fail_next = 1
-        gw = start_gateway(gateway_config(fleet.urls, load_balance={"mode": "round_robin"}))
+        gw = start_gateway(
+            gateway_config(
+                fleet.urls, load_balance={"mode": "round_robin"}, health={"enabled": False}
+            )
+        )
         assert gw.client.post("/ocr", json={"base64": PNG}).status_code == 200
         r = gw.client.get("/metrics")
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")

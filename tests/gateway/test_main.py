@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import httpx
 
-from tests.doubles.servers import bind_loopback
 from tests.gateway.test_settings import SEED_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,10 +41,9 @@ def test_runs_with_seed_config_from_env(tmp_path):
         ),
         encoding="utf-8",
     )
-    sock = bind_loopback()
-    port = sock.getsockname()[1]
-    sock.close()
     env = {**os.environ, "GATEWAY_CONFIG": str(path)}
+    # port 0: the process binds a free port itself (no bind/close/bind-again race with other
+    # processes) and uvicorn logs the real one in its "Uvicorn running on" line
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -52,37 +52,52 @@ def test_runs_with_seed_config_from_env(tmp_path):
             "--host",
             "127.0.0.1",
             "--port",
-            str(port),
+            "0",
             "--log-level",
-            "warning",
+            "info",
         ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        text=True,
     )
+    output: list[str] = []
+    running = threading.Event()
+    ports: list[int] = []
+
+    def drain() -> None:  # read every line, so the process never blocks on a full pipe
+        for line in proc.stdout:
+            output.append(line)
+            match = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", line)
+            if match and not ports:
+                ports.append(int(match.group(1)))
+                running.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                r = httpx.get(f"http://127.0.0.1:{port}/upstreams", trust_env=False)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.stdout.read().decode()
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        deadline = time.monotonic() + 60
+        while not running.wait(0.1):
+            assert proc.poll() is None, "".join(output)
+            assert time.monotonic() < deadline, "".join(output)
+        port = ports[0]
+        r = httpx.get(f"http://127.0.0.1:{port}/upstreams", trust_env=False, timeout=30)
         doc = r.json()
         assert doc["mode"] == "round_robin"
         assert doc["upstreams"][0]["url"] == "http://127.0.0.1:9120"
-        assert httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False).status_code == 200
+        health = httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False, timeout=30)
+        assert health.status_code == 200
         # SIGHUP reloads the file (polling is off here, so only the signal can do it)
         path.write_text(
             json.dumps({"upstreams": ["http://127.0.0.1:9"], "reload": {"enabled": False}})
         )
         proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while True:
-            doc = httpx.get(f"http://127.0.0.1:{port}/upstreams", trust_env=False).json()
+            doc = httpx.get(
+                f"http://127.0.0.1:{port}/upstreams", trust_env=False, timeout=30
+            ).json()
             if [u["url"] for u in doc["upstreams"]] == ["http://127.0.0.1:9"]:
                 break
             assert time.monotonic() < deadline, doc
@@ -90,7 +105,8 @@ def test_runs_with_seed_config_from_env(tmp_path):
         assert doc["mode"] == "queue"
     finally:
         proc.terminate()
-        proc.wait(10)
+        proc.wait(30)
+        reader.join(10)
 
 
 def test_quiets_the_httpx_loggers(tmp_path, monkeypatch):

@@ -97,7 +97,13 @@ def test_every_input_kind(fleet, start_gateway, tmp_path):
 
 def test_curl_local_path_loop_rotates(fleet, start_gateway, tmp_path):
     (tmp_path / "test.png").write_bytes(png_bytes())
-    gw = start_gateway(gateway_config(fleet.urls, input={"local_path_roots": [str(tmp_path)]}))
+    gw = start_gateway(
+        gateway_config(
+            fleet.urls,
+            input={"local_path_roots": [str(tmp_path)]},
+            health={"enabled": False},  # an upstream a probe missed would skip its turn
+        )
+    )
     upstreams = []
     for _ in range(8):
         r = gw.client.post(
