@@ -79,24 +79,10 @@ class Docker:
         """Run ``docker ARGS`` and capture its output; raise `DockerError` on failure."""
         if not self.available:
             raise DockerError(f"the `{self.binary}` CLI is not on PATH")
-        try:
-            proc = subprocess.run(
-                self.argv(*args),
-                env=self.env(docker_host),
-                text=True,
-                capture_output=True,
-                timeout=timeout or self.timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise DockerError(f"docker {' '.join(args)}: timed out") from None
-        if check and proc.returncode != 0:
-            where = f" (DOCKER_HOST={docker_host})" if docker_host else ""
-            raise DockerError(
-                f"docker {' '.join(args)}{where} exited {proc.returncode}: "
-                f"{(proc.stderr or proc.stdout).strip()[-400:]}"
-            )
-        return proc
+        where = f" (DOCKER_HOST={docker_host})" if docker_host else ""
+        return self._capture(
+            self.argv(*args), f"docker {' '.join(args)}", where, docker_host, timeout, check
+        )
 
     def inspect(
         self, names: Sequence[str], docker_host: str | None = None
@@ -160,9 +146,22 @@ class Docker:
     ) -> subprocess.CompletedProcess[str]:
         """Run a rendered shell command (e.g. a PaddleX ``start_command``) with that host's
         ``DOCKER_HOST``."""
+        return self._capture(["sh", "-c", command], f"`{command}`", "", docker_host, timeout)
+
+    def _capture(
+        self,
+        argv: list[str],
+        label: str,
+        where: str,
+        docker_host: str | None,
+        timeout: float | None,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` with the host's ``DOCKER_HOST``, capturing its output; a timeout, or
+        (with ``check``) a non-zero exit, is a `DockerError` naming ``label`` and ``where``."""
         try:
             proc = subprocess.run(
-                ["sh", "-c", command],
+                argv,
                 env=self.env(docker_host),
                 text=True,
                 capture_output=True,
@@ -170,10 +169,10 @@ class Docker:
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            raise DockerError(f"`{command}` timed out") from None
-        if proc.returncode != 0:
+            raise DockerError(f"{label}: timed out") from None
+        if check and proc.returncode != 0:
             raise DockerError(
-                f"`{command}` exited {proc.returncode}: "
+                f"{label}{where} exited {proc.returncode}: "
                 f"{(proc.stderr or proc.stdout).strip()[-400:]}"
             )
         return proc
