@@ -54,7 +54,7 @@ from bench.procs import (
     start_gateway,
     tmpdir,
 )
-from bench.report import build_report, print_console
+from bench.report import build_report, fmt_percentile, print_console
 from bench.workload import FleetSpec, make_workload, png_b64
 
 ALL_POLICIES = ("round_robin", "random", "least_inflight", "p2c", "queue")
@@ -163,13 +163,6 @@ PROFILES = {
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def fmt_s(v: float | None, censored: bool = False) -> str:
-    if v is None:
-        return "-"
-    s = f"{v * 1000:.0f}ms" if v < 1 else f"{v:.2f}s"
-    return (">=" + s) if censored else s
 
 
 # ------------------------------------------------------------------------------ scenario 1
@@ -354,9 +347,9 @@ async def scenario_balancing(fleet: FleetProc, prof: Profile, workdir: Path) -> 
 def brief(s: dict) -> str:
     if "failed" in s:
         return "FAILED"
+    latencies = " ".join(f"{k} {fmt_percentile(s, k)}" for k in ("p50", "p95", "p99"))
     return (
-        f"p50 {fmt_s(s['p50'], s['p50_censored'])} p95 {fmt_s(s['p95'], s['p95_censored'])} "
-        f"p99 {fmt_s(s['p99'], s['p99_censored'])} thr {s['throughput_rps']} "
+        f"{latencies} thr {s['throughput_rps']} "
         f"err {s['errors']} unfinished {s['unfinished']} cpu {s.get('cpu_cores')}"
     )
 

@@ -84,7 +84,7 @@ def fmt_latency(v: float | None, censored: bool = False) -> str:
     return ("≥" + s) if censored else s
 
 
-def _pct(s: dict[str, Any], key: str) -> str:
+def fmt_percentile(s: dict[str, Any], key: str) -> str:
     """The latency percentile ``key`` (``p99``) of a summary, with its censoring mark."""
     return fmt_latency(s[key], s[f"{key}_censored"])
 
@@ -159,7 +159,7 @@ def _p99_table(s1: dict[str, Any], order: list[str]) -> Table:
 
 
 def _load_p99(s: dict[str, Any] | None) -> str:
-    return "-" if not s or "failed" in s else _pct(s, "p99")
+    return "-" if not s or "failed" in s else fmt_percentile(s, "p99")
 
 
 def _load_table(load: str, blk: dict[str, Any], order: list[str]) -> Table:
@@ -191,9 +191,9 @@ def _load_row(name: str, s: dict[str, Any]) -> tuple[str, ...]:
     mark = f" (disturbed: {s['disturbed']})" if s.get("disturbed") else ""
     return (
         _label(name) + mark,
-        _pct(s, "p50"),
-        _pct(s, "p95"),
-        _pct(s, "p99"),
+        fmt_percentile(s, "p50"),
+        fmt_percentile(s, "p95"),
+        fmt_percentile(s, "p99"),
         f"{s['throughput_rps']:.1f}",
         str(s["errors"]),
         str(s["unfinished"]),
@@ -234,8 +234,8 @@ def _kill_row(name: str, s: dict[str, Any]) -> tuple[str, ...]:
         f"**{s['failures']}**",
         str(s["errors"]),
         str(s["unfinished"]),
-        _pct(s, "p99"),
-        _pct(s["after_kill"], "p99"),
+        fmt_percentile(s, "p99"),
+        fmt_percentile(s["after_kill"], "p99"),
         kinds.replace("|", "/") or "-",
     )
 
