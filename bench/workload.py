@@ -13,9 +13,9 @@ import base64
 import math
 import random
 import re
-import struct
-import zlib
 from dataclasses import asdict, dataclass, field
+
+from fleetctl.png import encode_png
 
 WORK_MARKER = b"bench-work="
 _WORK_RE = re.compile(rb"bench-work=([0-9.eE+-]+);id=(\d+)")
@@ -101,29 +101,11 @@ def make_workload(
 # ---------------------------------------------------------------- tiny PNG carrying the work
 
 
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return (
-        struct.pack(">I", len(data))
-        + kind
-        + data
-        + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    )
-
-
 def png_with_work(work: float, req_id: int, size: int = 8) -> bytes:
     """A valid size x size grayscale PNG with a tEXt chunk ``bench=bench-work=<w>;id=<k>``."""
-    ihdr = struct.pack(">IIBBBBB", size, size, 8, 0, 0, 0, 0)
-    raw = b"".join(
-        b"\x00" + bytes((x * 31 + y * 17) & 0xFF for x in range(size)) for y in range(size)
-    )
-    text = b"bench\x00" + WORK_MARKER + f"{work:.6f};id={req_id}".encode()
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + _chunk(b"IHDR", ihdr)
-        + _chunk(b"tEXt", text)
-        + _chunk(b"IDAT", zlib.compress(raw))
-        + _chunk(b"IEND", b"")
-    )
+    rows = [bytes((x * 31 + y * 17) & 0xFF for x in range(size)) for y in range(size)]
+    text = WORK_MARKER + f"{work:.6f};id={req_id}".encode()
+    return encode_png(size, size, rows, rgb=False, text={b"bench": text})
 
 
 def png_b64(work: float, req_id: int) -> str:

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import struct
 import time
-import zlib
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from fleetctl.png import encode_png
 from fleetctl.topology import Instance
 
 
@@ -43,23 +42,8 @@ def tiny_png(width: int = 96, height: int = 32) -> bytes:
         for x in range(width):
             v = 0 if dark and width // 8 <= x < 7 * width // 8 else 255
             row += bytes((v, v, v))
-        rows.append(b"\x00" + bytes(row))
-
-    def chunk(tag: bytes, body: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(body))
-            + tag
-            + body
-            + struct.pack(">I", zlib.crc32(tag + body) & 0xFFFFFFFF)
-        )
-
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", ihdr)
-        + chunk(b"IDAT", zlib.compress(b"".join(rows), 9))
-        + chunk(b"IEND", b"")
-    )
+        rows.append(bytes(row))
+    return encode_png(width, height, rows, rgb=True, level=9)
 
 
 TINY_PNG_B64 = base64.b64encode(tiny_png()).decode("ascii")
