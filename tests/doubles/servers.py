@@ -28,11 +28,22 @@ def bind_loopback(port: int = 0) -> socket.socket:
 
 
 class ServerThread:
-    """uvicorn.Server in a daemon thread; ``port``/``url`` are known before it starts."""
+    """uvicorn.Server in a daemon thread; ``port``/``url`` are known before it starts.
 
-    def __init__(self, app: Any, port: int = 0, log_level: str = "critical", **config: Any) -> None:
+    ``sock``: serve on this bound socket (e.g. one from :func:`bind_loopback` that the test
+    held, not listening, so that connections were refused until now) instead of ``port``.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        port: int = 0,
+        log_level: str = "critical",
+        sock: socket.socket | None = None,
+        **config: Any,
+    ) -> None:
         self.app = app
-        self._sock = bind_loopback(port)
+        self._sock = sock if sock is not None else bind_loopback(port)
         self.port: int = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config.setdefault("timeout_graceful_shutdown", 2)

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.fleetctl.fakes import Server, fake_gateway
+from tests.doubles.servers import ServerThread
+from tests.fleetctl.fakes import fake_gateway
 
 PNG = b"\x89PNG\r\n\x1a\n"
 JPEG = b"\xff\xd8\xff\xe0"
@@ -38,8 +39,8 @@ def doc(magic: bytes, body: str = "") -> bytes:
 
 
 @pytest.fixture
-def gateway() -> Iterator[Server]:
-    with Server(fake_gateway()) as s:
+def gateway() -> Iterator[ServerThread]:
+    with ServerThread(fake_gateway()) as s:
         yield s
 
 

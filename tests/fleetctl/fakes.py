@@ -20,14 +20,11 @@ import asyncio
 import base64
 import hashlib
 import re
-import socket
 import threading
-import time
 import uuid
 from collections import Counter
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI, Request, UploadFile
 from fastapi.responses import JSONResponse, Response
 
@@ -151,51 +148,3 @@ def fake_paddlex() -> FastAPI:
         }
 
     return app
-
-
-def reserved_socket() -> socket.socket:
-    """A TCP socket bound to a free loopback port but not listening: connections to the port
-    are refused, and no one else can take the port while the socket is open."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    return sock
-
-
-class Server:
-    """A uvicorn server for `app` on 127.0.0.1 in a background thread (on `sock` if given,
-    e.g. from `reserved_socket`, else on `port`)."""
-
-    def __init__(self, app: FastAPI, port: int = 0, sock: socket.socket | None = None) -> None:
-        self.app = app
-        if sock is None:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", port))
-        self.sock = sock
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        cfg = uvicorn.Config(app, log_level="warning", lifespan="off")
-        self.server = uvicorn.Server(cfg)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-
-    def start(self) -> Server:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(5)
-        self.sock.close()
-
-    def __enter__(self) -> Server:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -14,8 +14,9 @@ import pytest
 
 from fleetctl import batch
 from fleetctl.cli import main
+from tests.doubles.servers import ServerThread
 from tests.fleetctl.conftest import JPEG, PDF, PNG, doc
-from tests.fleetctl.fakes import Server, expected_text, fake_gateway
+from tests.fleetctl.fakes import expected_text, fake_gateway
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,7 +43,7 @@ def run_cli(*args: str) -> int:
 
 
 def test_tree_mapping_report_and_resume(
-    gateway: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    gateway: ServerThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src, out = tmp_path / "in", tmp_path / "out"
     files = make_tree(src)
@@ -88,7 +89,7 @@ def test_tree_mapping_report_and_resume(
     assert not list(out.rglob("*.tmp"))
 
 
-def test_503_retry_inside_a_batch(gateway: Server, tmp_path: Path) -> None:
+def test_503_retry_inside_a_batch(gateway: ServerThread, tmp_path: Path) -> None:
     src = tmp_path / "in"
     src.mkdir()
     for i in range(4):
@@ -106,7 +107,7 @@ def test_unknown_inputs_and_missing_gateway(
     monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi
     assert run_cli(str(tmp_path), "--out", str(tmp_path / "o")) == 2
     assert "no gateway URL" in capsys.readouterr().err
-    with Server(fake_gateway()) as gw:
+    with ServerThread(fake_gateway()) as gw:
         assert (
             run_cli(str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "--gateway", gw.url) == 1
         )
@@ -150,7 +151,7 @@ def test_resume_after_sigint(tmp_path: Path) -> None:
         "--no-progress",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with Server(fake_gateway(delay=0.05)) as gw:
+    with ServerThread(fake_gateway(delay=0.05)) as gw:
         gw.app.state.hold_after = 4  # the first run can finish exactly 4 documents
         proc = subprocess.Popen(
             [*cmd, "--gateway", gw.url],
@@ -182,7 +183,7 @@ def test_resume_after_sigint(tmp_path: Path) -> None:
         gw.app.state.release.set()  # let the abandoned held requests end
     # The second run talks to a fresh gateway: whatever the first one still records is not
     # counted as asked by the second run.
-    with Server(fake_gateway()) as gw2:
+    with ServerThread(fake_gateway()) as gw2:
         second = subprocess.run(
             [*cmd, "--gateway", gw2.url],
             cwd=REPO,

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from fleetctl.client import AsyncClient, Client, OcrError, RetryPolicy, parse_retry_after, sniff
+from tests.doubles.servers import ServerThread, bind_loopback
 from tests.fleetctl.conftest import JPEG, PDF, PNG, doc
-from tests.fleetctl.fakes import Server, expected_text, fake_gateway, reserved_socket
+from tests.fleetctl.fakes import expected_text, fake_gateway
 
 FAST = RetryPolicy(max_attempts=4, backoff_base=0.05, backoff_max=0.2)
 
 
-def test_ocr_path_bytes_and_url(gateway: Server, tmp_path: Path) -> None:
+def test_ocr_path_bytes_and_url(gateway: ServerThread, tmp_path: Path) -> None:
     data = doc(PNG, "hello")
     f = tmp_path / "scan.png"
     f.write_bytes(data)
@@ -36,7 +37,7 @@ def test_ocr_path_bytes_and_url(gateway: Server, tmp_path: Path) -> None:
     assert endpoints == ["/ocr-file"] * 3 + ["/ocr"] * 2
 
 
-def test_4xx_is_final_and_carries_the_error_envelope(gateway: Server) -> None:
+def test_4xx_is_final_and_carries_the_error_envelope(gateway: ServerThread) -> None:
     with Client(gateway.url, retry=FAST) as c, pytest.raises(OcrError) as ei:
         c.ocr(doc(PNG, "FAIL400"))
     e = ei.value
@@ -45,13 +46,13 @@ def test_4xx_is_final_and_carries_the_error_envelope(gateway: Server) -> None:
     assert len(gateway.app.state.requests) == 1
 
 
-def test_500_is_not_retried(gateway: Server) -> None:
+def test_500_is_not_retried(gateway: ServerThread) -> None:
     with Client(gateway.url, retry=FAST) as c, pytest.raises(OcrError) as ei:
         c.ocr(doc(PDF, "FAIL500"))
     assert ei.value.status == 500 and len(gateway.app.state.requests) == 1
 
 
-def test_503_waits_for_retry_after(gateway: Server) -> None:
+def test_503_waits_for_retry_after(gateway: ServerThread) -> None:
     retries: list[tuple[int, float, str]] = []
     data = doc(JPEG, "BUSY1")
     with Client(gateway.url, retry=FAST, on_retry=lambda *a: retries.append(a)) as c:
@@ -63,7 +64,7 @@ def test_503_waits_for_retry_after(gateway: Server) -> None:
     assert len(retries) == 1 and 1.0 <= retries[0][1] <= 1.1 and "503" in retries[0][2]
 
 
-def test_503_gives_up_after_max_attempts(gateway: Server) -> None:
+def test_503_gives_up_after_max_attempts(gateway: ServerThread) -> None:
     policy = RetryPolicy(max_attempts=2, max_retry_after=0.1)
     with Client(gateway.url, retry=policy) as c, pytest.raises(OcrError) as ei:
         c.ocr(doc(PNG, "BUSY9"))
@@ -74,13 +75,13 @@ def test_503_gives_up_after_max_attempts(gateway: Server) -> None:
 def test_transport_errors_back_off_until_the_server_comes_up() -> None:
     # The port stays ours (bound, not listening: connections are refused) until the server
     # starts listening on that very socket, so nothing else can take it in between.
-    sock = reserved_socket()
+    sock = bind_loopback()
     port = sock.getsockname()[1]
-    box: dict[str, Server] = {}
+    box: dict[str, ServerThread] = {}
 
     def later() -> None:
         time.sleep(0.5)
-        box["s"] = Server(fake_gateway(), sock=sock).start()
+        box["s"] = ServerThread(fake_gateway(), sock=sock).start()
 
     starter = threading.Thread(target=later, daemon=True)
     starter.start()
@@ -105,14 +106,14 @@ def test_transport_errors_back_off_until_the_server_comes_up() -> None:
 
 def test_transport_error_is_bounded() -> None:
     policy = RetryPolicy(max_attempts=3, backoff_base=0.01, backoff_max=0.02)
-    with reserved_socket() as sock:  # bound, never listening: every connection is refused
+    with bind_loopback() as sock:  # bound, never listening: every connection is refused
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         with Client(url, retry=policy) as c, pytest.raises(OcrError) as ei:
             c.ocr(doc(PNG))
     assert ei.value.status is None and ei.value.attempts == 3 and ei.value.code == "transport"
 
 
-def test_ocr_many_sync_and_async(gateway: Server, tmp_path: Path) -> None:
+def test_ocr_many_sync_and_async(gateway: ServerThread, tmp_path: Path) -> None:
     files = []
     for i in range(6):
         f = tmp_path / f"{i}.png"

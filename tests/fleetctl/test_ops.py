@@ -14,19 +14,20 @@ from PIL import Image
 
 from fleetctl.cli import main
 from fleetctl.topology import compact_ranges, load_fleet
+from tests.doubles.servers import ServerThread
 from tests.fleetctl.conftest import FakeDocker
-from tests.fleetctl.fakes import Server, fake_gateway, fake_paddlex, fake_vllm
+from tests.fleetctl.fakes import fake_gateway, fake_paddlex, fake_vllm
 from tests.ports import free_port
 
 
 class Fleet:
     def __init__(self) -> None:
-        self.v1 = Server(fake_vllm()).start()
-        self.v2 = Server(fake_vllm(model="some-other-model")).start()
-        self.p1 = Server(fake_paddlex()).start()
-        self.p3 = Server(fake_paddlex()).start()
+        self.v1 = ServerThread(fake_vllm()).start()
+        self.v2 = ServerThread(fake_vllm(model="some-other-model")).start()
+        self.p1 = ServerThread(fake_paddlex()).start()
+        self.p3 = ServerThread(fake_paddlex()).start()
         self.p2_port = free_port()  # nothing listens: PaddleX down
-        self.gw = Server(fake_gateway()).start()
+        self.gw = ServerThread(fake_gateway()).start()
         ups = [
             {
                 "url": self.p1.url,

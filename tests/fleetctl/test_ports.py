@@ -11,8 +11,9 @@ import pytest
 
 from fleetctl.cli import main
 from fleetctl.ports import _proc_owner
+from tests.doubles.servers import ServerThread
 from tests.fleetctl.conftest import one_card_topology
-from tests.fleetctl.fakes import Server, fake_paddlex, fake_vllm
+from tests.fleetctl.fakes import fake_paddlex, fake_vllm
 from tests.ports import free_port
 
 
@@ -40,7 +41,7 @@ def test_ports_states(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     bound = socket.socket()
     bound.bind(("127.0.0.1", 0))  # bound, never listening (like vLLM while it loads)
     free, raw_port, bound_port = free_port(), raw.getsockname()[1], bound.getsockname()[1]
-    with Server(fake_paddlex()) as pdx, Server(fake_vllm()) as vll:
+    with ServerThread(fake_paddlex()) as pdx, ServerThread(fake_vllm()) as vll:
         # the last planned PaddleX port is where the vLLM fake answers: taken by the wrong kind
         path = outputs(
             tmp_path, vllm=[vll.port, bound_port], paddlex=[pdx.port, raw_port, free, vll.port]
@@ -63,7 +64,7 @@ def test_ports_states(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_ports_all_fine_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with Server(fake_paddlex()) as pdx:
+    with ServerThread(fake_paddlex()) as pdx:
         path = outputs(tmp_path, vllm=[free_port()], paddlex=[pdx.port])
         assert main(["ports", "--outputs", str(path)]) == 0
     out = capsys.readouterr().out

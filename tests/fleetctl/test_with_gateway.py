@@ -18,7 +18,7 @@ from gateway.settings import parse_settings
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 from tests.fleetctl.conftest import FakeDocker, one_card_topology
-from tests.fleetctl.fakes import Server, fake_vllm
+from tests.fleetctl.fakes import fake_vllm
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import pdf_bytes, png_bytes
 
@@ -124,7 +124,7 @@ def test_status_and_verify_with_real_gateway(
     fake_docker: FakeDocker,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with Server(fake_vllm()) as vllm:
+    with ServerThread(fake_vllm()) as vllm:
         ups = [
             {
                 "url": d.url,
