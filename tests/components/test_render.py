@@ -19,6 +19,7 @@ from components import render
 from components.plan import build_plan
 from components.settings import load_settings
 from tests.ports import free_port, free_ports
+from tests.waiting import wait_for
 
 FAKE_DOCKER = Path(__file__).with_name("fake_docker.py")
 
@@ -255,11 +256,7 @@ def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
     )
     pid_file, log_file = Path(render.pid_file(paddlex)), Path(paddlex.log_path)
     # `echo ... > file` creates the file before it writes to it: wait for the whole lines.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (
-        _line_in(argv_file) and _line_in(pid_file) and "serving" in _text(log_file)
-    ):
-        time.sleep(0.05)
+    wait_for(lambda: _line_in(argv_file) and _line_in(pid_file) and "serving" in _text(log_file))
     assert argv_file.read_text().split() == ["yes", *render.paddlex_argv(settings, paddlex)[1:]]
     pid = int(pid_file.read_text())
     os.kill(pid, 0)  # the service runs, as the pid the start command recorded
@@ -271,9 +268,7 @@ def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
     )
 
     subprocess.run(["/bin/sh", "-c", render.paddlex_stop_command(paddlex)], env=env, check=True)
-    deadline = time.monotonic() + 30
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: not _alive(pid))
     assert not _alive(pid) and not pid_file.exists()
     assert not Path(paddlex.service_script_path).exists()  # a restart will not bring it back
     # Stopping again, or with no container at all, is harmless.
@@ -327,9 +322,7 @@ def test_a_restarted_paddlex_container_runs_its_service_again_a_fresh_one_idles(
     Path(paddlex.service_script_path).write_text(render.paddlex_service_script(settings, paddlex))
     restarted = subprocess.Popen(idle, env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        while not _line_in(argv_file) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: _line_in(argv_file))
         assert argv_file.read_text().split() == ["yes", *render.paddlex_argv(settings, paddlex)[1:]]
     finally:
         os.killpg(restarted.pid, 15)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,19 +15,6 @@ from gateway.app import create_app
 from gateway.settings import parse_settings
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, step: float = 0.02) -> bool:
-    """Poll `predicate` until it is true (True) or `timeout` seconds pass (False).
-
-    The default timeout is generous (a loaded CI machine can stall for seconds); it costs
-    nothing when the predicate comes true early."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return False
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -8,8 +8,9 @@ import json
 import time
 
 from tests.doubles.paddlex_double import DoubleFleet
-from tests.gateway.conftest import gateway_config, wait_for
+from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, png_bytes
+from tests.waiting import wait_for
 
 PNG = b64(png_bytes())
 

@@ -11,8 +11,9 @@ import time
 from gateway.reload import ConfigWatcher
 from gateway.settings import Settings
 from tests.doubles.paddlex_double import DoubleFleet
-from tests.gateway.conftest import gateway_config, wait_for
+from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, png_bytes
+from tests.waiting import wait_for
 
 PNG = b64(png_bytes())
 

@@ -15,8 +15,9 @@ import pytest
 from gateway.runtime import make_client, upstream_origin
 from gateway.settings import HttpSettings
 from tests.doubles.paddlex_double import DoubleFleet
-from tests.gateway.conftest import RunningGateway, gateway_config, wait_for
+from tests.gateway.conftest import RunningGateway, gateway_config
 from tests.gateway.samples import b64, png_bytes
+from tests.waiting import wait_for
 
 PNG = b64(png_bytes())
 
