@@ -59,7 +59,7 @@ wanted paddlex && build paddlex paddleocr-fleet/paddlex-sim:latest \
   "$repo/sim/paddlex/Dockerfile" "$repo/sim/paddlex"
 if wanted gateway; then
   if [[ -f "$repo/gateway/Dockerfile" ]]; then
-    build gateway paddleocr-fleet/gateway:latest "$repo/gateway/Dockerfile" "$repo"
+    build gateway paddleocr-fleet/gateway:latest "$repo/gateway/Dockerfile" "$repo/gateway"
   else
     say "gateway/Dockerfile does not exist yet: skipping paddleocr-fleet/gateway:latest"
   fi

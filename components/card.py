@@ -35,19 +35,19 @@ class NpuCard(pulumi.ComponentResource):
         self.vllm, self.paddlex = [], []
         for vllm in args.card.vllm:
             server = VllmServer(
-                f"{name}-vllm-{vllm.port}",
+                f"{name}-vllm-{vllm.index}",
                 VllmServerArgs(args.settings, vllm, args.vllm_image, args.provider),
-                pulumi.ResourceOptions(parent=self),
+                _slot_opts(self, f"{name}-vllm-{vllm.port}"),
             )
             self.vllm.append(server)
             for paddlex in args.card.bound_to(vllm):
                 self.paddlex.append(
                     PaddlexServer(
-                        f"{name}-paddlex-{paddlex.port}",
+                        f"{name}-paddlex-{paddlex.index}",
                         PaddlexServerArgs(
                             args.settings, paddlex, args.paddlex_image, server.ready, args.provider
                         ),
-                        pulumi.ResourceOptions(parent=self),
+                        _slot_opts(self, f"{name}-paddlex-{paddlex.port}"),
                     )
                 )
         self.register_outputs(
@@ -56,3 +56,10 @@ class NpuCard(pulumi.ComponentResource):
                 "paddlex_urls": [s.url for s in self.paddlex],
             }
         )
+
+
+def _slot_opts(parent: NpuCard, port_name: str) -> pulumi.ResourceOptions:
+    """Servers are named by their slot on the card, so a port-plan change replaces containers in
+    place (deleted before created) instead of renaming them (created before the old ones go).
+    Stacks created when names carried the port are adopted through an alias."""
+    return pulumi.ResourceOptions(parent=parent, aliases=[pulumi.Alias(name=port_name)])

@@ -27,19 +27,25 @@ class Fleet:
     def __init__(self, settings: FleetSettings, plan: FleetPlan):
         self.settings, self.plan = settings, plan
         self.providers = {host.name: _provider(host) for host in plan.hosts}
+        self.images = {
+            host.name: HostImages(settings, host, self.providers[host.name])
+            for host in plan.hosts
+            if plan.cards_of(host.name)
+        }
         self.cards: list[NpuCard] = []
         for card in plan.cards:
-            kind = card.host.kind
+            images = self.images[card.host.name]
             self.cards.append(
                 NpuCard(
                     f"{card.host.name}-card-{card.card}",
                     NpuCardArgs(
                         settings,
                         card,
-                        vllm_image=settings.vllm_image or kind.vllm_image,
-                        paddlex_image=settings.paddlex_image or kind.paddlex_image,
+                        vllm_image=images.vllm.image_id,
+                        paddlex_image=images.paddlex.image_id,
                         provider=self.providers[card.host.name],
                     ),
+                    _former_names(card.host, f"-card-{card.card}"),
                 )
             )
         servers = [server for card in self.cards for server in card.paddlex]
@@ -55,6 +61,7 @@ class Fleet:
                 image=settings.gateway_image,
                 provider=self.providers[plan.gateway.host.name],
             ),
+            _former_names(plan.gateway.host, "-gateway"),
         )
 
     def outputs(self) -> dict[str, object]:
@@ -66,5 +73,51 @@ class Fleet:
         }
 
 
+class HostImages:
+    """The vLLM and PaddleX images of one host, each its own resource: a missing image is pulled
+    once, with a timeout that fits images of many GB, before any container is created (not inside
+    each container's create). Kept on the host when the stack lets go of them."""
+
+    PULL_TIMEOUT = "3h"
+
+    def __init__(self, settings: FleetSettings, host: HostPlan, provider: docker.Provider):
+        kind = host.kind
+        self.vllm = self._image(host, "vllm", settings.vllm_image or kind.vllm_image, provider)
+        self.paddlex = self._image(
+            host, "paddlex", settings.paddlex_image or kind.paddlex_image, provider
+        )
+
+    def _image(
+        self, host: HostPlan, role: str, name: str, provider: docker.Provider
+    ) -> docker.RemoteImage:
+        return docker.RemoteImage(
+            f"{host.name}-{role}-image",
+            name=name,
+            keep_locally=True,
+            platform=host.platform,
+            opts=pulumi.ResourceOptions(
+                provider=provider,
+                custom_timeouts=pulumi.CustomTimeouts(
+                    create=self.PULL_TIMEOUT, update=self.PULL_TIMEOUT
+                ),
+                aliases=[pulumi.Alias(name=f"{old}-{role}-image") for old in host.former_names],
+            ),
+        )
+
+
 def _provider(host: HostPlan) -> docker.Provider:
-    return docker.Provider(f"docker-{host.name}", host=host.endpoint)
+    return docker.Provider(
+        f"docker-{host.name}",
+        host=host.endpoint,
+        opts=pulumi.ResourceOptions(
+            aliases=[pulumi.Alias(name=f"docker-{old}") for old in host.former_names]
+        ),
+    )
+
+
+def _former_names(host: HostPlan, suffix: str) -> pulumi.ResourceOptions:
+    """A renamed host (`hosts[i].formerNames`) keeps its resources: the old names are aliases,
+    inherited by every child whose name starts with its parent's."""
+    return pulumi.ResourceOptions(
+        aliases=[pulumi.Alias(name=f"{old}{suffix}") for old in host.former_names]
+    )

@@ -3,8 +3,11 @@ is swapped in by `docker exec` (the gateway reloads it without a restart)."""
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -16,6 +19,36 @@ from components.plan import GatewayPlan
 from components.settings import FleetSettings
 
 GATEWAY_CONTEXT = "gateway"
+"""The gateway image's build context, relative to the project root (only what the image needs)."""
+GATEWAY_REPOSITORY = "paddleocr-fleet/gateway"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def context_digest(context: Path) -> str:
+    """A digest of the build context's files (names and contents, minus `.dockerignore`).
+
+    The image is tagged with it, so a changed source file is a new tag: the image is rebuilt and
+    the container that refers to it is replaced; an unchanged tree changes nothing.
+
+    >>> len(context_digest(PROJECT_ROOT / GATEWAY_CONTEXT))
+    16
+    """
+    ignore_file = context / ".dockerignore"
+    patterns = [
+        line.strip().rstrip("/")
+        for line in (ignore_file.read_text().splitlines() if ignore_file.exists() else [])
+        if line.strip() and not line.startswith("#")
+    ]
+    digest = hashlib.sha256()
+    for path in sorted(p for p in context.rglob("*") if p.is_file()):
+        relative = path.relative_to(context).as_posix()
+        parts = relative.split("/")
+        if any(fnmatch.fnmatch(part, pat) for pat in patterns for part in parts) or any(
+            fnmatch.fnmatch(relative, pat) for pat in patterns
+        ):
+            continue
+        digest.update(relative.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 @dataclass
@@ -27,7 +60,6 @@ class GatewayArgs:
     image: pulumi.Input[str] | None = None
     """A prebuilt image; None builds `gateway/Dockerfile` on the gateway's host."""
     provider: pulumi.ProviderResource | None = None
-    build_args: dict[str, str] = field(default_factory=dict)
 
 
 class Gateway(pulumi.ComponentResource):
@@ -39,13 +71,16 @@ class Gateway(pulumi.ComponentResource):
         settings, gateway = args.settings, args.plan
         image = args.image
         if image is None:
+            host = gateway.host
+            tag = context_digest(PROJECT_ROOT / GATEWAY_CONTEXT)
             built = docker.Image(
                 f"{name}-image",
-                image_name="paddleocr-fleet/gateway:latest",
+                image_name=f"{GATEWAY_REPOSITORY}:{tag}",
                 build=docker.DockerBuildArgs(
-                    context=".",
+                    context=GATEWAY_CONTEXT,
                     dockerfile=f"{GATEWAY_CONTEXT}/Dockerfile",
-                    args=args.build_args or None,
+                    args=dict(host.build_args) or None,
+                    platform=host.platform,
                     network="host",
                 ),
                 skip_push=True,
@@ -64,6 +99,7 @@ class Gateway(pulumi.ComponentResource):
             restart="unless-stopped",
             entrypoints=argv[:1],
             command=argv[1:],
+            envs=[f"GATEWAY_PORT={gateway.port}"],  # the image's healthcheck probes it
             uploads=[
                 docker.ContainerUploadArgs(file=gateway.config_path, content=self.config_json)
             ],

@@ -58,12 +58,17 @@ class PaddlexServer(pulumi.ComponentResource):
             ),
             opts=containers.child_opts(self, args.provider),
         )
+        start = render.paddlex_start_command(settings, paddlex)
+        stop = render.paddlex_stop_command(paddlex)
         self.start = command.local.Command(
             f"{name}-start",
-            create=render.paddlex_start_command(settings, paddlex),
-            delete=render.paddlex_stop_command(paddlex),
+            create=start,
+            delete=stop,
             environment=paddlex.host.docker_env,
-            triggers=[self.container.id],
+            # pulumi-command runs a changed `create` again in place (it has no `update` here),
+            # which would start a second service: a changed command replaces instead, and the
+            # replacement stops the old service first.
+            triggers=[self.container.id, render.content_hash(start + stop)],
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[self.container, args.vllm_ready],

@@ -26,13 +26,18 @@ LOG_DIR_IN_CONTAINER = "/data/logs"
 class HostPlan:
     name: str
     address: str
-    endpoint: str | None
+    endpoint: str
+    """The Docker endpoint, always explicit (the local socket by default)."""
     kind: AcceleratorKind
+    platform: str | None = None
+    build_args: tuple[tuple[str, str], ...] = ()
+    former_names: tuple[str, ...] = ()
 
     @property
     def docker_env(self) -> dict[str, str]:
-        """Environment for `docker` CLI calls that must reach this host's engine."""
-        return {"DOCKER_HOST": self.endpoint} if self.endpoint else {}
+        """Environment for `docker` CLI calls that must reach this host's engine: the same
+        endpoint as the host's provider (DOCKER_HOST wins over an exported DOCKER_CONTEXT)."""
+        return {"DOCKER_HOST": self.endpoint}
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,11 @@ class PaddlexInstance:
         return f"http://{self.host.address}:{self.port}"
 
     @property
+    def local_url(self) -> str:
+        """The service on the host's loopback (where readiness probes run)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
     def pipeline_config_path(self) -> str:
         return f"{CONFIG_DIR_IN_CONTAINER}/pipeline_config_vllm-{self.port}.yaml"
 
@@ -115,6 +125,10 @@ class GatewayPlan:
     @property
     def url(self) -> str:
         return f"http://{self.host.address}:{self.port}"
+
+    @property
+    def local_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def config_path(self) -> str:
@@ -165,8 +179,11 @@ def build_plan(settings: FleetSettings) -> FleetPlan:
         host = HostPlan(
             name=host_settings.name,
             address=host_settings.address,
-            endpoint=host_settings.endpoint,
+            endpoint=host_settings.docker_endpoint,
             kind=KINDS[host_settings.accelerator],
+            platform=host_settings.platform,
+            build_args=tuple(sorted(host_settings.build_args.items())),
+            former_names=host_settings.former_names,
         )
         hosts.append(host)
         slots = {card: slot for slot, card in enumerate(port_order(host_settings))}

@@ -136,11 +136,14 @@ def paddlex_service_script(settings: FleetSettings, paddlex: PaddlexInstance) ->
 
 
 def paddlex_start_command(settings: FleetSettings, paddlex: PaddlexInstance) -> str:
-    """`docker exec -d` that starts the PaddleX service in its idle container (and keeps the
-    service script there for restarts)."""
+    """Keeps the service script in the container (written as root, so a non-root image cannot
+    make it fail silently) and starts it with `docker exec -d` as the image's user."""
     script, path = paddlex_service_script(settings, paddlex), paddlex.service_script_path
-    keep_and_run = f"printf '%s\\n' {shlex.quote(script)} > {path} && exec bash {path}"
-    return shlex.join(["docker", "exec", "-d", paddlex.container_name, "bash", "-c", keep_and_run])
+    directory = path.rsplit("/", 1)[0]
+    keep = f"mkdir -p {directory} && printf '%s\\n' {shlex.quote(script)} > {path}"
+    name = paddlex.container_name
+    write = shlex.join(["docker", "exec", "-u", "0", name, "sh", "-c", keep])
+    return f"{write} && " + shlex.join(["docker", "exec", "-d", name, "bash", path])
 
 
 def paddlex_stop_command(paddlex: PaddlexInstance) -> str:
@@ -152,6 +155,17 @@ def paddlex_stop_command(paddlex: PaddlexInstance) -> str:
     )
 
 
+PROBE = (
+    "import sys, urllib.request\n"
+    "try:\n"
+    "    body = urllib.request.urlopen(sys.argv[1], timeout=5).read()\n"
+    "except Exception:\n"
+    "    sys.exit(1)\n"
+    "sys.exit(0 if sys.argv[2].encode() in body else 1)\n"
+)
+"""Run inside a host-network container: GET a URL, succeed on 2xx whose body holds argv[2]."""
+
+
 def wait_for_http(
     *,
     url: str,
@@ -160,26 +174,24 @@ def wait_for_http(
     timeout_s: int,
     interval_s: int,
     log_hint: str,
-    expect: str | None = None,
+    expect: str = "",
 ) -> str:
     """A bounded readiness loop in POSIX sh: poll `url` until it answers 2xx (containing `expect`).
 
-    Fails fast when the container stops running, and on timeout; either way the message names
-    the instance and where its log is.
+    The probe runs on the host itself, inside the host-network container (`docker exec` through
+    the host's endpoint, with the container's own python3), so it reaches the service's loopback
+    port wherever `pulumi` runs. Fails fast when the container stops running, and on timeout;
+    either way the message names the instance and where its log is.
     """
-    probe = f"curl -fsS --max-time 5 {shlex.quote(url)}"
-    check = (
-        f"{probe} 2>/dev/null | grep -qF {shlex.quote(expect)}"
-        if expect
-        else (f"{probe} -o /dev/null 2>/dev/null")
-    )
-    running = f"docker inspect -f '{{{{.State.Running}}}}' {shlex.quote(container)} 2>/dev/null"
+    quoted = shlex.quote(container)
+    check = shlex.join(["docker", "exec", container, "python3", "-c", PROBE, url, expect])
+    running = f"docker inspect -f '{{{{.State.Running}}}}' {quoted} 2>/dev/null"
     failure = shlex.quote(f"{what} ({container})")
     hint = shlex.quote(log_hint)
     return "\n".join(
         [
             f"deadline=$(( $(date +%s) + {timeout_s} ))",
-            f"until {check}; do",
+            f"until {check} >/dev/null 2>&1; do",
             f'  if [ "$({running})" != "true" ]; then',
             f'    echo {failure}" is not running; its log: "{hint} >&2; exit 1',
             "  fi",
@@ -196,7 +208,7 @@ def wait_for_http(
 
 def vllm_ready_command(settings: FleetSettings, vllm: VllmInstance) -> str:
     return wait_for_http(
-        url=f"{vllm.url}/v1/models",
+        url=f"{vllm.local_url}/v1/models",
         what=vllm.label,
         container=vllm.container_name,
         timeout_s=settings.vllm_ready_timeout,
@@ -208,7 +220,7 @@ def vllm_ready_command(settings: FleetSettings, vllm: VllmInstance) -> str:
 
 def paddlex_ready_command(settings: FleetSettings, paddlex: PaddlexInstance) -> str:
     return wait_for_http(
-        url=f"{paddlex.url}/health",
+        url=f"{paddlex.local_url}/health",
         what=paddlex.label,
         container=paddlex.container_name,
         timeout_s=settings.paddlex_ready_timeout,
@@ -220,7 +232,7 @@ def paddlex_ready_command(settings: FleetSettings, paddlex: PaddlexInstance) -> 
 
 def gateway_ready_command(settings: FleetSettings, gateway: GatewayPlan) -> str:
     return wait_for_http(
-        url=f"{gateway.url}/ready",
+        url=f"{gateway.local_url}/ready",
         what="the gateway",
         container=gateway.container_name,
         timeout_s=120,

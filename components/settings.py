@@ -56,6 +56,21 @@ class HostSettings(_Model):
     vllm_base_port: int = Port
     paddlex_base_port: int = Port
     port_first_card: int | None = None
+    platform: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$",
+        description="the host's Docker platform, e.g. linux/arm64 (images are built and pulled "
+        "for it)",
+    )
+    build_args: dict[str, str] = Field(
+        default_factory=dict,
+        description="build args of the gateway image when it is built on this host "
+        "(BASE_IMAGE, PIP_INDEX_URL, ...)",
+    )
+    former_names: tuple[str, ...] = Field(
+        default=(),
+        description="earlier names of this host: its resources are renamed, not replaced",
+    )
 
     @field_validator("card_ids")
     @classmethod
@@ -71,6 +86,12 @@ class HostSettings(_Model):
     @property
     def is_local(self) -> bool:
         return self.endpoint is None or self.endpoint.startswith("unix://")
+
+    @property
+    def docker_endpoint(self) -> str:
+        """The endpoint the provider and every `docker` CLI call use: always explicit, so an
+        exported DOCKER_CONTEXT or DOCKER_HOST cannot send them to different engines."""
+        return self.endpoint or LOCAL_DOCKER
 
 
 class FleetSettings(_Model):
@@ -106,6 +127,16 @@ class FleetSettings(_Model):
     gateway_container_name: str = "paddleocr-fleet-gateway"
     gateway: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("model_dir")
+    @classmethod
+    def _model_dir_absolute(cls, path: str) -> str:
+        if not path.startswith("/"):
+            raise ValueError(
+                f"must be an absolute path on the host ({path!r} is relative; Docker mounts "
+                "only absolute host paths)"
+            )
+        return path
+
     @property
     def memory_fraction(self) -> float:
         """The vLLM `--gpu-memory-utilization` of each instance (default 0.9 / vLLM per card)."""
@@ -133,6 +164,8 @@ _HOST_DEFAULT_KEYS = (
     "portFirstCard",
     "dockerHost",
     "hostAddress",
+    "platform",
+    "buildArgs",
 )
 _FLEET_KEYS = tuple(to_camel(f) for f in FleetSettings.model_fields if f != "hosts")
 KNOWN_KEYS = frozenset((*_HOST_DEFAULT_KEYS, *_FLEET_KEYS, "hosts"))
@@ -166,8 +199,12 @@ def load_settings(raw: Mapping[str, str]) -> FleetSettings:
     return settings
 
 
-def _decode(key: str, value: Any) -> Any:
-    """Pulumi hands top-level values over as strings and structured ones as JSON text."""
+def _decode(name: str, value: Any, key: str | None = None) -> Any:
+    """Pulumi hands top-level values over as strings and structured ones as JSON text.
+
+    `name` is the setting's own name, `key` the full config key for messages (default: name).
+    """
+    key = key or name
     if not isinstance(value, str):
         return value
     text = value.strip()
@@ -176,9 +213,9 @@ def _decode(key: str, value: Any) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"config key '{key}': not valid JSON ({exc.msg})") from None
-    if key == "cardIds":
+    if name == "cardIds":
         return [part for part in re.split(r"[,\s]+", text) if part]
-    if key == "vllmExtraArgs":
+    if name == "vllmExtraArgs":
         return shlex.split(text)
     return value
 
@@ -189,6 +226,8 @@ def _implicit_host(defaults: Mapping[str, Any]) -> dict[str, Any]:
         entry["endpoint"] = defaults["dockerHost"]
     if "hostAddress" in defaults:
         entry["address"] = defaults["hostAddress"]
+    elif "dockerHost" in defaults:
+        entry["address"] = _address_of(str(defaults["dockerHost"]), "dockerHost")
     return _with_host_defaults(entry, defaults, key_prefix="")
 
 
@@ -203,16 +242,24 @@ def _host_entry(index: int, entry: Any, defaults: Mapping[str, Any]) -> dict[str
             f"config key '{key}.endpoint': missing (the Docker endpoint of host "
             f"'{entry['name']}', e.g. ssh://user@host or {LOCAL_DOCKER})"
         )
-    entry = dict(entry)
+    # `pulumi config set --path 'hosts[1].cardIds' '[0,1]'` stores the nested value as text.
+    entry = {k: _decode(k, v, key=f"{key}.{k}") for k, v in entry.items()}
     if "address" not in entry:
-        entry["address"] = _address_of(entry["endpoint"], key)
+        entry["address"] = _address_of(entry["endpoint"], f"{key}.endpoint")
     return _with_host_defaults(entry, defaults, key_prefix=f"{key}.")
 
 
 def _with_host_defaults(
     entry: dict[str, Any], defaults: Mapping[str, Any], key_prefix: str
 ) -> dict[str, Any]:
-    for key in ("accelerator", "vllmBasePort", "paddlexBasePort", "portFirstCard"):
+    for key in (
+        "accelerator",
+        "vllmBasePort",
+        "paddlexBasePort",
+        "portFirstCard",
+        "platform",
+        "buildArgs",
+    ):
         if key not in entry and key in defaults:
             entry[key] = defaults[key]
     entry.setdefault("accelerator", "ascend")
@@ -243,7 +290,7 @@ def _address_of(endpoint: str, key: str) -> str:
     if parsed.scheme in ("ssh", "tcp", "http", "https") and parsed.hostname:
         return parsed.hostname
     raise ConfigError(
-        f"config key '{key}.endpoint': unsupported Docker endpoint {endpoint!r} "
+        f"config key '{key}': unsupported Docker endpoint {endpoint!r} "
         "(expected unix://, ssh://user@host or tcp://host:port)"
     )
 

@@ -28,6 +28,7 @@ PROGRAM = REPO / "__main__.py"
 
 CONTAINER = "docker:index/container:Container"
 IMAGE = "docker:index/image:Image"
+REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
 COMMAND = "command:local:Command"
 PROVIDER = "pulumi:providers:docker"
 
@@ -44,6 +45,8 @@ class Registration:
     custom: bool
     delete_before_replace: bool
     ignore_changes: list[str]
+    aliases: list[str] = field(default_factory=list)
+    """The names of the aliases given (by spec, as the engine receives them)."""
 
 
 @dataclass
@@ -78,6 +81,10 @@ class _Mocks(pulumi.runtime.Mocks):
             state.setdefault("stderr", "")
         if args.typ == IMAGE:
             state.setdefault("imageName", args.inputs.get("imageName"))
+            state.setdefault("repoDigest", f"{args.inputs.get('imageName')}@sha256:{'0' * 64}")
+        if args.typ == REMOTE_IMAGE:
+            state.setdefault("imageId", f"sha256:{args.name}")
+            state.setdefault("repoDigest", f"{args.inputs.get('name')}@sha256:{'1' * 64}")
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs):
@@ -104,6 +111,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                     custom=request.custom,
                     delete_before_replace=request.deleteBeforeReplace,
                     ignore_changes=list(request.ignoreChanges),
+                    aliases=[a.spec.name for a in request.aliases if a.spec.name],
                 )
             )
         return response

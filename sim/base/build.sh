@@ -15,7 +15,7 @@ set -euo pipefail
 
 tag="paddleocr-fleet/base:bookworm"
 cache="${PADDLEOCR_FLEET_CACHE:-/var/cache/paddleocr-fleet}"
-mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+mirror="${DEBIAN_MIRROR:-}"
 force=0
 host_ca=1
 host_ca_dir=/usr/local/share/ca-certificates
@@ -34,6 +34,14 @@ while [[ $# -gt 0 ]]; do
 done
 
 say() { echo "base/build.sh: $*" >&2; }
+
+apt_mirror() {  # the first Debian archive this machine's apt is configured with
+  local files=(/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources)
+  {
+    cat "${files[@]}" 2>/dev/null | awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; break } }'
+    cat "${files[@]}" 2>/dev/null | awk '$1 == "URIs:" { print $2 }'
+  } | grep -v -e '-security' -e 'security\.' | sed 's#/*$##' | head -n 1
+}
 start=$SECONDS
 
 extra_cas=()
@@ -59,6 +67,10 @@ if [[ $force -eq 1 || ! -s "$tarball" ]]; then
   mkdir -p "$cache"
   rootfs="$(mktemp -d "$cache/rootfs.XXXXXX")"
   trap 'rm -rf "$rootfs"' EXIT
+  if [[ -z "$mirror" ]]; then
+    mirror="$(apt_mirror)"
+    [[ -n "$mirror" ]] || { say "no Debian archive in this machine's apt sources: pass --mirror URL or set DEBIAN_MIRROR"; exit 1; }
+  fi
   say "debootstrap bookworm into $rootfs (mirror $mirror)"
   debootstrap --variant=minbase --include="$packages" bookworm "$rootfs" "$mirror" \
     >"$cache/debootstrap.log" 2>&1 || {

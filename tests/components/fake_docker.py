@@ -24,7 +24,7 @@ def main() -> int:
         while rest and rest[0].startswith("-"):
             detach |= rest[0] == "-d"
             interactive |= rest[0] == "-i"
-            rest = rest[1:]
+            rest = rest[2:] if rest[0] in ("-u", "--user", "-e", "-w") else rest[1:]
         command = rest[1:]
         if detach:
             subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)

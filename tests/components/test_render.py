@@ -261,8 +261,10 @@ def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
     pid = int(pid_file.read_text())
     os.kill(pid, 0)  # the service runs, as the pid the start command recorded
     assert "serving" in log_file.read_text()
-    first = json.loads(log.read_text().splitlines()[0])
-    assert first["argv"][:4] == ["exec", "-d", paddlex.container_name, "bash"]
+    write, start = (json.loads(line)["argv"] for line in log.read_text().splitlines()[:2])
+    # The script is written as root (a non-root image cannot fail it silently), then started.
+    assert write[:5] == ["exec", "-u", "0", paddlex.container_name, "sh"]
+    assert start == ["exec", "-d", paddlex.container_name, "bash", paddlex.service_script_path]
     assert Path(paddlex.service_script_path).read_text().strip() == (
         render.paddlex_service_script(settings, paddlex)
     )

@@ -127,3 +127,46 @@ def test_host_config_errors(hosts, message):
     with pytest.raises(ConfigError) as error:
         load_settings({"hosts": hosts})
     assert message in str(error.value)
+
+
+def test_a_nested_card_list_set_with_path_arrives_as_text_and_is_accepted():
+    # `pulumi config set --path 'hosts[1].cardIds' '[0,1,2,3]'` stores the value as a string.
+    hosts = '[{"name": "gpu-b", "endpoint": "ssh://ops@gpu-b", "cardIds": "[0,1,2,3]"}]'
+    (host,) = load_settings({"hosts": hosts}).hosts
+    assert host.card_ids == (0, 1, 2, 3)
+    hosts = '[{"name": "gpu-b", "endpoint": "ssh://ops@gpu-b", "cardIds": "[0,1"}]'
+    with pytest.raises(ConfigError, match=r"config key 'hosts\[0\]\.cardIds': not valid JSON"):
+        load_settings({"hosts": hosts})
+
+
+def test_a_relative_model_dir_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match="config key 'modelDir': must be an absolute path"):
+        load_settings({"modelDir": "models/PaddleOCR"})
+
+
+def test_one_remote_docker_host_is_probed_and_reached_at_its_own_address():
+    (host,) = load_settings({"dockerHost": "ssh://ops@npu-a.example"}).hosts
+    assert host.address == "npu-a.example"
+    assert host.docker_endpoint == "ssh://ops@npu-a.example"
+    (host,) = load_settings({"dockerHost": "ssh://ops@npu-a", "hostAddress": "10.0.0.5"}).hosts
+    assert host.address == "10.0.0.5"
+
+
+def test_the_local_endpoint_is_explicit_so_docker_context_cannot_split_engines():
+    (host,) = load_settings({}).hosts
+    assert host.endpoint is None and host.docker_endpoint == "unix:///var/run/docker.sock"
+
+
+def test_platform_and_build_args_per_host_with_top_level_defaults():
+    hosts = (
+        '[{"name": "kunpeng", "endpoint": "ssh://ops@k1", "platform": "linux/arm64",'
+        ' "buildArgs": "{\\"BASE_IMAGE\\": \\"local/python:3.11-arm64\\"}"},'
+        ' {"name": "x86", "endpoint": "ssh://ops@x1"}]'
+    )
+    settings = load_settings({"hosts": hosts, "platform": "linux/amd64"})
+    kunpeng, x86 = settings.hosts
+    assert kunpeng.platform == "linux/arm64"
+    assert kunpeng.build_args == {"BASE_IMAGE": "local/python:3.11-arm64"}
+    assert x86.platform == "linux/amd64" and x86.build_args == {}
+    with pytest.raises(ConfigError, match=r"config key 'platform'"):
+        load_settings({"platform": "arm64"})

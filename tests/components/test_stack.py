@@ -7,9 +7,18 @@ import pytest
 import yaml
 
 from components import render
+from components.gateway import PROJECT_ROOT, context_digest
 from components.plan import build_plan
 from components.settings import ConfigError, load_settings
-from tests.pulumi_harness import COMMAND, CONTAINER, IMAGE, PROVIDER, Recording, record_stack
+from tests.pulumi_harness import (
+    COMMAND,
+    CONTAINER,
+    IMAGE,
+    PROVIDER,
+    REMOTE_IMAGE,
+    Recording,
+    record_stack,
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +43,7 @@ def test_resource_counts(cards, vllm, paddlex):
     # vLLM: readiness; PaddleX: start + readiness; gateway: config install + readiness.
     assert len(recording.of_type(COMMAND)) == vllm + 2 * paddlex + 2
     assert len(recording.of_type(IMAGE)) == 1
+    assert len(recording.of_type(REMOTE_IMAGE)) == 2  # the vLLM and the PaddleX image
     assert len(recording.of_type(PROVIDER)) == 1
     components = {t: 0 for t in ("NpuCard", "VllmServer", "PaddlexServer", "Gateway")}
     for r in recording.resources:
@@ -63,7 +73,9 @@ def test_vllm_container_inputs_match_the_seed_compose(seed_stack):
         if r.inputs["name"] == "vllm-ascend-paddleocr-9041-npu-0"
     ]
     inputs = vllm.inputs
-    assert inputs["image"] == "quay.io/ascend/vllm-ascend:v0.19.1rc1"
+    image = seed_stack.named("local-vllm-image")
+    assert image.inputs["name"] == "quay.io/ascend/vllm-ascend:v0.19.1rc1"
+    assert inputs["image"] == "sha256:local-vllm-image"  # the pulled image's id
     assert inputs["networkMode"] == "host"
     assert inputs["privileged"] is True
     assert inputs["restart"] == "unless-stopped"
@@ -91,7 +103,8 @@ def test_paddlex_container_idles_with_its_pipeline_config_uploaded(seed_stack):
         r for r in seed_stack.of_type(CONTAINER) if r.inputs["name"] == "paddle-9156-npu-0"
     ]
     inputs = paddlex.inputs
-    assert inputs["image"] == "paddleocrvl:20260529"
+    assert seed_stack.named("local-paddlex-image").inputs["name"] == "paddleocrvl:20260529"
+    assert inputs["image"] == "sha256:local-paddlex-image"
     assert inputs["shmSize"] == 128 * 1024
     assert inputs["entrypoints"] == render.paddlex_idle_argv(
         build_plan(load_settings({"portFirstCard": "2"})).card("local", 0).paddlex[3]
@@ -123,28 +136,36 @@ def test_children_are_parented_card_server_container(seed_stack):
 
 def test_every_start_command_waits_for_its_own_vllm_and_container(seed_stack):
     plan = build_plan(load_settings({"portFirstCard": "2"}))
+    settings = load_settings({"portFirstCard": "2"})
     for paddlex in plan.paddlex:
-        start = seed_stack.named(f"local-card-{paddlex.card}-paddlex-{paddlex.port}-start")
-        vllm_ready = seed_stack.named(f"local-card-{paddlex.card}-vllm-{paddlex.vllm.port}-ready")
-        container = seed_stack.named(f"local-card-{paddlex.card}-paddlex-{paddlex.port}")
+        slot = f"local-card-{paddlex.card}-paddlex-{paddlex.index}"
+        start = seed_stack.named(f"{slot}-start")
+        vllm_ready = seed_stack.named(f"local-card-{paddlex.card}-vllm-{paddlex.vllm.index}-ready")
+        container = seed_stack.named(slot)
         assert vllm_ready.urn in start.dependencies
         assert container.urn in start.dependencies
-        assert start.inputs["create"] == render.paddlex_start_command(
-            load_settings({"portFirstCard": "2"}), paddlex
-        )
-        assert start.inputs["delete"] == render.paddlex_stop_command(paddlex)
-        assert start.inputs["triggers"] == [f"{container.name}-id"]
+        create = render.paddlex_start_command(settings, paddlex)
+        delete = render.paddlex_stop_command(paddlex)
+        assert (start.inputs["create"], start.inputs["delete"]) == (create, delete)
+        # A changed start command replaces the command (stopping the old service first).
+        assert start.inputs["triggers"] == [
+            f"{container.name}-id",
+            render.content_hash(create + delete),
+        ]
         assert start.delete_before_replace
-        ready = seed_stack.named(f"local-card-{paddlex.card}-paddlex-{paddlex.port}-ready")
+        ready = seed_stack.named(f"{slot}-ready")
         assert start.urn in ready.dependencies
         assert ready.inputs["triggers"] == [f"{container.name}-id"]
 
 
 def test_vllm_readiness_follows_its_container_and_reruns_on_replacement(seed_stack):
-    ready = seed_stack.named("local-card-0-vllm-9031-ready")
-    container = seed_stack.named("local-card-0-vllm-9031")
+    ready = seed_stack.named("local-card-0-vllm-0-ready")
+    container = seed_stack.named("local-card-0-vllm-0")
+    assert container.inputs["name"] == "vllm-ascend-paddleocr-9031-npu-0"
     assert container.urn in ready.dependencies
-    assert ready.inputs["triggers"] == ["local-card-0-vllm-9031-id"]
+    assert ready.inputs["triggers"] == ["local-card-0-vllm-0-id"]
+    # Probed on the host itself, inside the host-network container, through its endpoint.
+    assert "docker exec vllm-ascend-paddleocr-9031-npu-0 python3" in ready.inputs["create"]
     assert "http://127.0.0.1:9031/v1/models" in ready.inputs["create"]
 
 
@@ -216,6 +237,39 @@ def test_a_configured_gateway_image_skips_the_build():
     assert _containers(recording, "gateway")[0].inputs["image"] == "registry.example/gw:1"
 
 
+def test_the_gateway_image_is_built_from_its_folder_for_its_hosts_platform():
+    recording = record_stack({"cards": "1", "platform": "linux/arm64", "gatewayPort": "9300"})
+    (image,) = recording.of_type(IMAGE)
+    build = image.inputs["build"]
+    assert build["context"] == "gateway" and build["dockerfile"] == "gateway/Dockerfile"
+    assert build["platform"] == "linux/arm64"
+    tag = context_digest(PROJECT_ROOT / "gateway")
+    assert image.inputs["imageName"] == f"paddleocr-fleet/gateway:{tag}"
+    (gateway,) = _containers(recording, "gateway")
+    assert gateway.inputs["image"] == f"paddleocr-fleet/gateway:{tag}"
+    assert "GATEWAY_PORT=9300" in gateway.inputs["envs"]  # what the image's healthcheck probes
+
+
+def test_the_gateway_image_tag_changes_with_its_sources_only(tmp_path):
+    (tmp_path / "app.py").write_text("print('v1')\n")
+    (tmp_path / ".dockerignore").write_text("__pycache__/\n*.pyc\n")
+    first = context_digest(tmp_path)
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "stale.pyc").write_bytes(b"\0")
+    assert context_digest(tmp_path) == first
+    (tmp_path / "app.py").write_text("print('v2')\n")
+    assert context_digest(tmp_path) != first
+
+
+def test_renamed_host_keeps_its_resources_through_aliases():
+    hosts = [{"name": "npu-b", "endpoint": "ssh://ops@npu-a", "cards": 1, "formerNames": ["npu-a"]}]
+    recording = record_stack({"hosts": json.dumps(hosts)})
+    card = next(r for r in recording.resources if r.name == "npu-b-card-0")
+    assert card.aliases == ["npu-a-card-0"]
+    assert recording.named("docker-npu-b").aliases == ["docker-npu-a"]
+
+
 TWO_HOSTS = {
     "hosts": json.dumps(
         [
@@ -253,26 +307,26 @@ def test_two_hosts_of_different_kinds_each_on_its_own_provider():
             assert not container.inputs["privileged"]
         else:
             assert container.inputs["devices"][0]["hostPath"].startswith("/dev/davinci")
-    gpu_vllm = recording.named("gpu-b-card-1-vllm-9026")
+    gpu_vllm = recording.named("gpu-b-card-1-vllm-0")
     assert gpu_vllm.inputs["deviceRequests"] == [
         {"driver": "nvidia", "deviceIds": ["1"], "capabilities": ["gpu"]}
     ]
-    assert gpu_vllm.inputs["image"].startswith("vllm/vllm-openai:")
+    assert recording.named("gpu-b-vllm-image").inputs["name"].startswith("vllm/vllm-openai:")
+    assert gpu_vllm.inputs["image"] == "sha256:gpu-b-vllm-image"
     for command in recording.of_type(COMMAND):
         host = "npu-a" if command.name.startswith("npu-a") else "gpu-b"
         expected = TWO_HOSTS_ENDPOINTS[host]
         assert command.inputs["environment"] == {"DOCKER_HOST": expected}
-    start = recording.named("gpu-b-card-0-paddlex-9120-start")
+    start = recording.named("gpu-b-card-0-paddlex-0-start")
     assert "--device gpu" in start.inputs["create"]
-    paddlex = recording.named("gpu-b-card-0-paddlex-9150")
+    paddlex = recording.named("gpu-b-card-0-paddlex-3")
     config = yaml.safe_load(paddlex.inputs["uploads"][0]["content"])
     # PaddleX reaches its vLLM on its own host; the gateway and the probes use the address.
     assert config["SubModules"]["VLRecognition"]["genai_config"]["server_url"] == (
         "http://127.0.0.1:9035/v1"
     )
-    assert (
-        "http://gpu-b.example:9025/v1/models"
-        in recording.named("gpu-b-card-0-vllm-9025-ready").inputs["create"]
+    assert "http://127.0.0.1:9025/v1/models" in (
+        recording.named("gpu-b-card-0-vllm-0-ready").inputs["create"]
     )
     outputs = recording.outputs
     assert len(outputs["upstreams"]) == 18
