@@ -325,8 +325,9 @@ def test_two_hosts_of_different_kinds_each_on_its_own_provider():
     assert config["SubModules"]["VLRecognition"]["genai_config"]["server_url"] == (
         "http://127.0.0.1:9035/v1"
     )
-    assert "http://127.0.0.1:9025/v1/models" in (
-        recording.named("gpu-b-card-0-vllm-0-ready").inputs["create"]
+    assert (
+        "http://127.0.0.1:9025/v1/models"
+        in (recording.named("gpu-b-card-0-vllm-0-ready").inputs["create"])
     )
     outputs = recording.outputs
     assert len(outputs["upstreams"]) == 18
