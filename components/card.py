@@ -45,7 +45,7 @@ class NpuCard(pulumi.ComponentResource):
                     PaddlexServer(
                         f"{name}-paddlex-{paddlex.index}",
                         PaddlexServerArgs(
-                            args.settings, paddlex, args.paddlex_image, server.ready, args.provider
+                            args.settings, paddlex, args.paddlex_image, server, args.provider
                         ),
                         _slot_opts(self, f"{name}-paddlex-{paddlex.port}"),
                     )

@@ -12,6 +12,7 @@ import pulumi_docker as docker
 from components import containers, render
 from components.plan import PaddlexInstance
 from components.settings import FleetSettings
+from components.vllm import VllmServer
 
 
 @dataclass
@@ -19,7 +20,9 @@ class PaddlexServerArgs:
     settings: FleetSettings
     instance: PaddlexInstance
     image: pulumi.Input[str]
-    vllm_ready: pulumi.Resource
+    vllm: VllmServer
+    """The vLLM the pipeline config names: the service starts once it is ready, and again
+    whenever its container is replaced."""
     provider: pulumi.ProviderResource | None = None
 
 
@@ -68,10 +71,14 @@ class PaddlexServer(pulumi.ComponentResource):
             # pulumi-command runs a changed `create` again in place (it has no `update` here),
             # which would start a second service: a changed command replaces instead, and the
             # replacement stops the old service first.
-            triggers=[self.container.id, render.content_hash(start + stop)],
+            triggers=[
+                self.container.id,
+                args.vllm.container.id,
+                render.content_hash(start + stop),
+            ],
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[self.container, args.vllm_ready],
+                depends_on=[self.container, args.vllm.ready],
                 delete_before_replace=True,
             ),
         )

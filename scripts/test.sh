@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need on a fresh Debian machine (as root), then runs them.
 #   bash scripts/test.sh [pytest args]
-# Installs the Python packages into .venv, starts a Docker engine and builds the simulator and
-# gateway images (skipped, with the reason, where no engine can start), runs ruff and pytest.
+# Installs the Python packages into .venv, builds the Pulumi toolchain (scripts/install-pulumi.sh,
+# in the background meanwhile), starts a Docker engine and builds the simulator and gateway
+# images (skipped, with the reason, where no engine can start), runs ruff and pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -18,11 +19,25 @@ python -m pip install -q -e '.[test,sim]'
 python -m pip install -q --no-deps --force-reinstall opencv-contrib-python-headless==4.10.0.84
 echo "python packages ready after $(( $(date +%s) - started )) s"
 
+pulumi_log="$(mktemp)"
+bash scripts/install-pulumi.sh >"$pulumi_log" 2>&1 &
+pulumi_job=$!
+
 if bash .ci/docker-up.sh; then
   bash .ci/build-images.sh
   echo "docker engine and images ready after $(( $(date +%s) - started )) s"
 else
   echo "no Docker engine could start here: the docker-marked tests will skip, saying why"
+fi
+
+if wait "$pulumi_job"; then
+  PADDLEOCR_FLEET_PULUMI="$(tail -n 1 "$pulumi_log")/pulumi"
+  export PADDLEOCR_FLEET_PULUMI
+  echo "pulumi toolchain ready after $(( $(date +%s) - started )) s: $PADDLEOCR_FLEET_PULUMI"
+else
+  cat "$pulumi_log" >&2
+  echo "scripts/install-pulumi.sh failed: the tests of the real Pulumi engine cannot run" >&2
+  exit 1
 fi
 
 ruff check .

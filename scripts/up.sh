@@ -1,33 +1,71 @@
 #!/usr/bin/env bash
-# The main job: `pulumi up` with a local file state backend and the stack's config.
-#   bash scripts/up.sh [STACK]        (default stack: dev; config: Pulumi.STACK.yaml)
-# Where the Pulumi CLI or a Docker engine is missing it says so and prints the plan instead.
+# The main job: deploy the fleet with the real Pulumi engine and a local file state backend.
+#   bash scripts/up.sh            the embedded `demo` stack: 1 simulated card on this machine's
+#                                 Docker engine (started and its sim images built where needed),
+#                                 then a sample document through the gateway
+#   bash scripts/up.sh STACK      an operator's stack as configured (Pulumi.STACK.yaml)
+# The Pulumi toolchain comes from scripts/install-pulumi.sh (built from Go modules, or the one
+# installed the official way). State lives in .pulumi-state/ unless PULUMI_BACKEND_URL is set;
+# PULUMI_CONFIG_PASSPHRASE defaults to empty. A second run changes nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-stack="${1:-dev}"
+stack="${1:-demo}"
+started=$SECONDS
+say() { echo "up.sh: $*" >&2; }
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q -e . >/dev/null
+.venv/bin/python -m pip install -q --disable-pip-version-check -e . >/dev/null
 
-missing=""
-command -v pulumi >/dev/null 2>&1 || missing="the Pulumi CLI (https://www.pulumi.com/docs/install/)"
-if [ -z "$missing" ] && ! docker info >/dev/null 2>&1; then
-  missing="a reachable Docker engine (docker info failed; is dockerd running, DOCKER_HOST set?)"
-fi
-if [ -n "$missing" ]; then
-  echo "paddleocr-fleet: not deploying: this machine lacks $missing."
-  echo "This is what 'pulumi up' would build with stack '$stack':"
-  echo
-  args=()
-  [ -f "Pulumi.$stack.yaml" ] && args=(--stack "$stack")
-  exec .venv/bin/python -m components.plan "${args[@]}"
-fi
-
+pulumi_bin="$(bash scripts/install-pulumi.sh)"
+export PATH="$pulumi_bin:$PATH"
+export PULUMI_SKIP_UPDATE_CHECK=true
 export PULUMI_BACKEND_URL="${PULUMI_BACKEND_URL:-file://$PWD/.pulumi-state}"
 export PULUMI_CONFIG_PASSPHRASE="${PULUMI_CONFIG_PASSPHRASE-}"
 mkdir -p .pulumi-state
-pulumi stack select --create "$stack" --non-interactive
+
+if [ "$stack" = demo ]; then
+  bash .ci/docker-up.sh >/dev/null
+  bash .ci/build-images.sh --only base,vllm,paddlex
+fi
+if ! docker info >/dev/null 2>&1; then
+  say "no Docker engine answers (docker info failed; is dockerd running, DOCKER_HOST set?)"
+  exit 1
+fi
+
+if ! pulumi stack select "$stack" --non-interactive 2>/dev/null; then
+  pulumi stack init "$stack" --non-interactive
+  if [ "$stack" = demo ]; then
+    mkdir -p /var/lib/paddleocr-fleet/demo && chmod 777 /var/lib/paddleocr-fleet/demo
+    pulumi config set --stack demo accelerator sim
+    pulumi config set --stack demo cards 1
+    pulumi config set --stack demo modelDir /var/lib/paddleocr-fleet/demo
+    pulumi config set --stack demo buildArgs '{"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}'
+    pulumi config set --stack demo vllmReadyTimeout 300
+    pulumi config set --stack demo paddlexReadyTimeout 300
+  fi
+fi
+
 pulumi up --yes --non-interactive --stack "$stack"
-pulumi stack output --stack "$stack" gateway_url
+gateway="$(pulumi stack output --stack "$stack" gateway_url)"
+say "deployed stack '$stack' in $((SECONDS - started)) s"
+
+if [ "$stack" = demo ]; then
+  echo
+  echo "== a sample document through the gateway ($gateway/ocr):"
+  .venv/bin/python -c 'import sys; from fleetctl.png import encode_png
+sys.stdout.buffer.write(encode_png(64, 32, [bytes([255] * 64)] * 32, rgb=False))' \
+    >/tmp/paddleocr-fleet-demo.png
+  curl -fsS -X POST "$gateway/ocr" -H 'Content-Type: application/json' \
+    -d "{\"base64\": \"$(base64 -w0 /tmp/paddleocr-fleet-demo.png)\"}" |
+    .venv/bin/python -c 'import json, sys; r = json.load(sys.stdin); print(r["text"]); print("(served by", r["upstream"] + ")")'
+fi
+echo
+echo "== upstreams:"
+pulumi stack output --stack "$stack" upstreams --json
+echo
+echo "== call the gateway:"
+echo "  curl -X POST $gateway/ocr -H 'Content-Type: application/json' -d \"{\\\"base64\\\": \\\"\$(base64 -w0 doc.png)\\\"}\""
+echo "  fleetctl ocr ./scans --out ./markdown --gateway $gateway"
+echo "  PATH=$pulumi_bin:\$PATH PULUMI_BACKEND_URL=$PULUMI_BACKEND_URL pulumi stack output --stack $stack"

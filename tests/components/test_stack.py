@@ -148,8 +148,10 @@ def test_every_start_command_waits_for_its_own_vllm_and_container(seed_stack):
         delete = render.paddlex_stop_command(paddlex)
         assert (start.inputs["create"], start.inputs["delete"]) == (create, delete)
         # A changed start command replaces the command (stopping the old service first).
+        vllm = seed_stack.named(f"local-card-{paddlex.card}-vllm-{paddlex.vllm.index}")
         assert start.inputs["triggers"] == [
             f"{container.name}-id",
+            f"{vllm.name}-id",  # started again when its vLLM is replaced
             render.content_hash(create + delete),
         ]
         assert start.delete_before_replace

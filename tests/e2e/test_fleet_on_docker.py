@@ -1,8 +1,8 @@
-"""The fleet on a real Docker engine, in sim mode, applied from the stack program's own record.
+"""The fleet under the real Pulumi engine on a real Docker engine, in sim mode.
 
-`cards = 2`: 4 vLLM simulators, 12 PaddleX simulators (the genuine PaddleX serving app with a
-stand-in pipeline that calls its vLLM) and the gateway. The tests run in file order against one
-fleet; the last one tears it down.
+One stack, driven with the `pulumi` CLI through its life in file order: preview, up (1 card),
+a no-op up, growth to 2 cards under traffic, a changed vLLM setting, a changed gateway source,
+day-two operations with fleetctl on the stack's own outputs, shrinking back, destroy.
 """
 
 from __future__ import annotations
@@ -10,37 +10,48 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
 from PIL import Image
 
-from components.plan import build_plan
+from components.plan import FleetPlan, build_plan
 from components.settings import load_settings
-from tests.e2e.engine import StandInEngine, temp_model_dir
-from tests.pulumi_harness import REPO, record_stack
+from tests.e2e.pulumi_stack import REPO, PulumiStack, Step, changed
 from tests.sim.helpers import wait_http_ok
 
 pytestmark = pytest.mark.docker
 
 VLLM_BASE, PADDLEX_BASE, GATEWAY_PORT = 19025, 19120, 19101
+STACK_LABEL = "paddleocr-fleet.role"
+
+
+def temp_model_dir() -> str:
+    """A host folder for `/data` (logs land in it); readable by the containers."""
+    path = tempfile.mkdtemp(prefix="paddleocr-fleet-model-")
+    os.chmod(path, 0o777)
+    return path
 
 
 def fleet_config(model_dir: str) -> dict[str, str]:
     return {
         "accelerator": "sim",
-        "cards": "2",
+        "cards": "1",
         "modelDir": model_dir,
         "vllmBasePort": str(VLLM_BASE),
         "paddlexBasePort": str(PADDLEX_BASE),
         "gatewayPort": str(GATEWAY_PORT),
-        "gatewayImage": "paddleocr-fleet/gateway:latest",
+        # No image registry here: the gateway image builds on the local base image.
+        "buildArgs": json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
         "vllmReadyTimeout": "180",
         "paddlexReadyTimeout": "180",
         "readyPollInterval": "1",
@@ -48,29 +59,60 @@ def fleet_config(model_dir: str) -> dict[str, str]:
 
 
 class Fleet:
-    def __init__(self, config: dict[str, str]):
-        self.settings = load_settings(config)
-        self.plan = build_plan(self.settings)
-        self.recording = record_stack(config)
-        self.engine = StandInEngine(self.recording)
-        self.gateway = self.plan.gateway.url
-        self.apply_seconds = 0.0
+    """The stack and the plan its current config describes."""
 
-    def up(self) -> None:
-        self.engine.destroy()  # leftovers of an interrupted run
+    def __init__(self, stack: PulumiStack, config: dict[str, str]):
+        self.stack, self.config = stack, dict(config)
+        self.seconds: dict[str, float] = {}
+
+    @property
+    def plan(self) -> FleetPlan:
+        return build_plan(load_settings(self.config))
+
+    @property
+    def gateway(self) -> str:
+        return self.plan.gateway.url
+
+    def set(self, **values: str) -> None:
+        self.config.update(values)
+        self.stack.set_config(values)
+
+    def up(self, label: str) -> list[Step]:
         started = time.monotonic()
-        self.applied = self.engine.apply()
-        self.apply_seconds = time.monotonic() - started
+        steps = self.stack.up()
+        self.seconds[label] = time.monotonic() - started
+        return steps
+
+
+def docker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
+
+
+def container_ids() -> dict[str, str]:
+    """Name -> id of every container the fleet's labels mark."""
+    listed = docker(
+        "ps", "-a", "--filter", f"label={STACK_LABEL}", "--format", "{{.Names}} {{.ID}}"
+    )
+    return dict(line.split() for line in listed.stdout.splitlines())
+
+
+def full_ids(names: list[str]) -> dict[str, str]:
+    found = docker("inspect", "-f", "{{.Name}} {{.Id}}", *names).stdout.split("\n")
+    return {n.lstrip("/"): i for n, i in (line.split() for line in found if line)}
 
 
 @pytest.fixture(scope="module")
-def fleet(docker_engine):
-    fleet = Fleet(fleet_config(temp_model_dir()))
+def fleet(docker_engine, tmp_path_factory):
+    for name in container_ids():  # leftovers of an interrupted run
+        docker("rm", "-f", name)
+    config = fleet_config(temp_model_dir())
+    stack = PulumiStack.create(tmp_path_factory.mktemp("stack"), "e2e", config)
+    fleet = Fleet(stack, config)
     try:
-        fleet.up()
         yield fleet
     finally:
-        fleet.engine.destroy()
+        if container_ids():
+            stack.run(["destroy", "--stack", "e2e", "--yes", "--non-interactive"], check=False)
 
 
 def png_bytes(text: str = "hello") -> bytes:
@@ -97,24 +139,45 @@ def binding(fleet: Fleet) -> dict[str, int]:
     return {p.url: p.vllm.port for p in fleet.plan.paddlex}
 
 
-def test_startup_ran_in_order_through_the_programs_own_readiness_commands(fleet, capsys):
-    steps = {s.name: s for s in fleet.applied.steps}
+def test_preview_of_a_new_stack_shows_the_creates_and_creates_nothing(fleet):
+    steps = fleet.stack.preview()
+    ops = {s.op for s in steps if s.type.startswith(("docker:", "command:"))}
+    assert ops == {"create"}
+    plan = fleet.plan
+    containers = [s for s in steps if s.type == "docker:index/container:Container"]
+    assert len(containers) == len(plan.vllm) + len(plan.paddlex) + 1
+    assert container_ids() == {}
+
+
+def test_up_serves_ocr_after_starting_in_order(fleet):
+    steps = fleet.up("up, 1 card")
+    by_name = {s.name: s for s in steps}
     for paddlex in fleet.plan.paddlex:
         prefix = f"local-card-{paddlex.card}"
-        vllm_ready = steps[f"{prefix}-vllm-{paddlex.vllm.port}-ready"]
-        start = steps[f"{prefix}-paddlex-{paddlex.port}-start"]
-        ready = steps[f"{prefix}-paddlex-{paddlex.port}-ready"]
-        assert vllm_ready.ok and start.ok and ready.ok
-        assert start.started >= vllm_ready.ended, f"{paddlex.container_name} started too early"
-        assert ready.started >= start.ended
-        assert "ready at" in vllm_ready.output
-    gateway_steps = [s for s in fleet.applied.steps if s.name.startswith("local-gateway")]
+        vllm_ready = by_name[f"{prefix}-vllm-{paddlex.vllm.index}-ready"]
+        start = by_name[f"{prefix}-paddlex-{paddlex.index}-start"]
+        ready = by_name[f"{prefix}-paddlex-{paddlex.index}-ready"]
+        assert vllm_ready.ended is not None and start.ended is not None
+        # The engine runs steps in parallel: the event sequence shows what waited for what.
+        assert start.started > vllm_ready.ended, f"{paddlex.container_name} started too early"
+        assert ready.started > start.ended
+    gateway_steps = [s for s in steps if s.name.startswith("local-gateway")]
     last_paddlex_ready = max(
-        s.ended for s in fleet.applied.steps if "-paddlex-" in s.name and s.name.endswith("ready")
+        s.ended or 0 for s in steps if "-paddlex-" in s.name and s.name.endswith("ready")
     )
-    assert min(s.started for s in gateway_steps) >= last_paddlex_ready
-    with capsys.disabled():
-        print(f"\n[e2e] fleet of 2 sim cards up in {fleet.apply_seconds:.1f} s")
+    assert min(s.started for s in gateway_steps) > last_paddlex_ready
+    outputs = fleet.stack.outputs()
+    assert outputs["upstreams"] == fleet.plan.upstreams()
+    assert outputs["gateway_url"] == fleet.gateway
+    test_ocr_a_png_through_the_gateway(fleet)
+
+
+def test_a_second_up_changes_nothing_and_runs_no_command(fleet):
+    before = container_ids()
+    fleet.stack.preview("--expect-no-changes")
+    steps = fleet.up("no-op up")
+    assert changed(steps) == {}
+    assert container_ids() == before
 
 
 def test_each_pipeline_config_names_its_bound_vllm_inside_the_container(fleet):
@@ -129,7 +192,7 @@ def test_each_pipeline_config_names_its_bound_vllm_inside_the_container(fleet):
         assert "max_num_input_imgs: null" in config
 
 
-def test_ocr_a_png_through_the_gateway(fleet):
+def test_ocr_a_png_through_the_gateway(fleet: Fleet) -> None:
     response = httpx.post(
         f"{fleet.gateway}/ocr-file",
         files={"file": ("doc.png", png_bytes(), "image/png")},
@@ -162,7 +225,7 @@ def _ocr(client: httpx.Client, gateway: str) -> httpx.Response:
     )
 
 
-def test_every_paddlex_serves_and_answers_from_the_vllm_its_config_names(fleet):
+def test_every_paddlex_serves_and_answers_from_the_vllm_its_config_names(fleet: Fleet) -> None:
     seen: dict[str, set[int]] = {}
     with httpx.Client() as client, ThreadPoolExecutor(max_workers=24) as pool:
         for _ in range(8):
@@ -177,9 +240,101 @@ def test_every_paddlex_serves_and_answers_from_the_vllm_its_config_names(fleet):
     assert {url: next(iter(ports)) for url, ports in seen.items()} == binding(fleet)
 
 
-def fleetctl(fleet: Fleet, tmp_path, *args: str) -> subprocess.CompletedProcess:
+def _traffic(fleet: Fleet, stop: threading.Event, statuses: list[object]) -> None:
+    body = {"base64": base64.b64encode(png_bytes()).decode()}
+    with httpx.Client(timeout=120) as client:
+        while not stop.is_set():
+            try:
+                outcome: object = client.post(f"{fleet.gateway}/ocr", json=body).status_code
+            except Exception as exc:  # a failed request is an answer the client lost
+                outcome = repr(exc)
+            statuses.append(outcome)
+
+
+def test_growing_to_two_cards_creates_only_the_new_card_while_clients_are_served(fleet):
+    old_plan = fleet.plan
+    before = full_ids(list(container_ids()))
+    statuses: list[object] = []
+    stop = threading.Event()
+    clients = [threading.Thread(target=_traffic, args=(fleet, stop, statuses)) for _ in range(4)]
+    for thread in clients:
+        thread.start()
+    try:
+        fleet.set(cards="2")
+        steps = fleet.up("grow to 2 cards")
+        deadline = time.monotonic() + 60
+        upstreams: list[dict] = []
+        while time.monotonic() < deadline:  # the new config is reloaded in place
+            upstreams = httpx.get(f"{fleet.gateway}/upstreams", timeout=10).json()["upstreams"]
+            if len(upstreams) == len(fleet.plan.paddlex):
+                break
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        for thread in clients:
+            thread.join(timeout=180)
+    assert {u["url"] for u in upstreams} == set(fleet.plan.upstreams())
+    assert len(statuses) > 0 and statuses == [200] * len(statuses), statuses[:5]
+    created = {n for n, ops in changed(steps).items() if ops & {"create"}}
+    assert created and all(n.startswith("local-card-1") for n in created), created
+    updated = {n for n, ops in changed(steps).items() if not n.startswith("local-card-1")}
+    assert updated <= {"local-gateway-config"}, updated  # the config install runs again
+    assert full_ids(list(before)) == before  # every existing container, the gateway's too
+    assert len(old_plan.paddlex) * 2 == len(fleet.plan.paddlex)
+
+
+def test_a_changed_vllm_setting_replaces_exactly_the_vllm_containers_first_deleting(fleet):
+    before = full_ids(list(container_ids()))
+    fleet.set(maxNumBatchedTokens="8192")
+    steps = fleet.up("changed vLLM setting")
+    plan = fleet.plan
+    vllm_names = {v.container_name for v in plan.vllm}
+    after = full_ids(list(container_ids()))
+    for name, old_id in before.items():
+        if name in vllm_names:
+            assert after[name] != old_id, f"{name} was not replaced"
+        else:
+            assert after[name] == old_id, f"{name} should not have been replaced"
+    for step in steps:
+        if step.type == "docker:index/container:Container" and step.op == "create-replacement":
+            deleted = [s for s in steps if s.urn == step.urn and s.op == "delete-replaced"]
+            assert deleted and deleted[0].ended is not None and deleted[0].ended < step.started
+    for vllm in plan.vllm:
+        args = docker("inspect", "-f", "{{json .Args}}", vllm.container_name).stdout
+        assert "8192" in args
+    # The PaddleX services bound to the new vLLM were started again and serve.
+    restarted = {
+        s.name for s in steps if s.name.endswith("-start") and s.op == "create-replacement"
+    }
+    assert len(restarted) == len(plan.paddlex)
+    test_every_paddlex_serves_and_answers_from_the_vllm_its_config_names(fleet)
+
+
+def test_a_changed_gateway_source_rebuilds_and_replaces_only_the_gateway(fleet):
+    before = full_ids(list(container_ids()))
+    source = fleet.stack.project / "gateway" / "postprocess.py"
+    source.write_text(source.read_text() + "\n# a change of the gateway's sources\n")
+    steps = fleet.up("changed gateway source")
+    touched = changed(steps)
+    assert set(touched) <= {
+        "local-gateway-image",
+        "local-gateway",
+        "local-gateway-config",
+        "local-gateway-ready",
+    }, touched
+    assert "local-gateway-image" in touched and "local-gateway" in touched
+    after = full_ids(list(container_ids()))
+    gateway = fleet.plan.gateway.container_name
+    assert after[gateway] != before[gateway]
+    assert {n: i for n, i in after.items() if n != gateway} == {
+        n: i for n, i in before.items() if n != gateway
+    }
+    test_ocr_a_png_through_the_gateway(fleet)
+
+
+def fleetctl(fleet: Fleet, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     outputs = tmp_path / "outputs.json"
-    outputs.write_text(json.dumps(fleet.recording.outputs))
+    outputs.write_text(json.dumps(fleet.stack.outputs()))
     return subprocess.run(
         [sys.executable, "-m", "fleetctl", *args[:1], "--outputs", str(outputs), *args[1:]],
         cwd=REPO,
@@ -190,7 +345,7 @@ def fleetctl(fleet: Fleet, tmp_path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_fleetctl_status_and_verify_see_a_healthy_fleet(fleet, tmp_path):
+def test_fleetctl_status_and_verify_pass_on_the_stacks_outputs(fleet, tmp_path):
     status = fleetctl(fleet, tmp_path, "status", "--json")
     assert status.returncode == 0, status.stdout + status.stderr
     rows = json.loads(status.stdout)
@@ -214,16 +369,9 @@ def test_fleetctl_restarts_a_paddlex_and_batch_ocrs_a_folder(fleet, tmp_path):
     (inbox / "contract.pdf").write_bytes(pdf_bytes(3))
     out = tmp_path / "markdown"
     batch = fleetctl(
-        fleet,
-        tmp_path,
-        "ocr",
-        str(tmp_path / "inbox"),
-        "--out",
-        str(out),
-        "--no-progress",
-        "--gateway",
-        fleet.gateway,
-    )
+        fleet, tmp_path, "ocr", str(tmp_path / "inbox"), "--out", str(out), "--no-progress",
+        "--gateway", fleet.gateway,
+    )  # fmt: skip
     assert batch.returncode == 0, batch.stdout + batch.stderr
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.md"))
     assert written == ["2026/contract.md", "2026/scan-0.md", "2026/scan-1.md", "2026/scan-2.md"]
@@ -295,25 +443,26 @@ def test_a_restarted_paddlex_container_serves_again_without_a_new_start_command(
     assert vllm_port_named_in(markdown) == paddlex.vllm.port
 
 
-def test_teardown_leaves_no_container_behind(fleet):
-    errors = fleet.engine.destroy()
-    assert errors == []
-    names = (
-        {p.container_name for p in fleet.plan.paddlex}
-        | {v.container_name for v in fleet.plan.vllm}
-        | {fleet.plan.gateway.container_name}
-    )
-    left = subprocess.run(
-        ["docker", "ps", "-a", "--format", "{{.Names}}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert names.isdisjoint(left)
-    labelled = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=paddleocr-fleet.role"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert labelled == []
+def test_back_to_one_card_removes_only_the_second_cards_containers(fleet):
+    keep = {n: i for n, i in full_ids(list(container_ids())).items() if "-sim-1" not in n}
+    fleet.set(cards="1")
+    steps = fleet.up("shrink to 1 card")
+    deleted = {n for n, ops in changed(steps).items() if ops & {"delete"}}
+    assert deleted and all(n.startswith("local-card-1") for n in deleted), deleted
+    assert full_ids(list(container_ids())) == keep
+    test_ocr_a_png_through_the_gateway(fleet)
+
+
+def test_destroy_leaves_no_container_and_no_image_it_built(fleet, capsys):
+    state = fleet.stack.state()
+    built = [r["outputs"]["imageName"] for r in state if r["type"] == "docker:index/image:Image"]
+    assert built
+    fleet.stack.destroy()
+    assert container_ids() == {}
+    for image in built:
+        assert docker("image", "inspect", image).returncode != 0, f"{image} is left"
+    # The accelerator images are the operator's (kept locally), not built by the stack.
+    assert docker("image", "inspect", "paddleocr-fleet/vllm-sim:latest").returncode == 0
+    with capsys.disabled():
+        times = ", ".join(f"{k} {v:.1f} s" for k, v in fleet.seconds.items())
+        print(f"\n[e2e] real Pulumi engine: {times}")

@@ -1,0 +1,204 @@
+"""The fleet program under the real Pulumi engine: a copy of the project, a stack, the CLI.
+
+The CLI and our plugins come from `scripts/install-pulumi.sh` ($PADDLEOCR_FLEET_PULUMI names the
+`pulumi` it installed); each stack gets a file backend, a PULUMI_HOME with the plugins installed
+from the install's wrappers, and a copy of the project (so a test may change a source file), run
+with the repository's virtualenv::
+
+    stack = PulumiStack.create(tmp_path, "e2e", {"accelerator": "sim", "cards": "1"})
+    steps = stack.up()
+    assert {s.op for s in steps if s.urn.endswith("gateway")} <= {"same"}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+CLI_VARIABLE = "PADDLEOCR_FLEET_PULUMI"
+PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "requirements.txt")
+PROJECT_DIRS = ("components", "config", "gateway")
+PLUGIN_VERSIONS = {"docker": "pulumi-docker", "command": "pulumi-command"}
+
+
+def find_cli() -> Path | None:
+    """The installed `pulumi` ($PADDLEOCR_FLEET_PULUMI, else PATH), or None."""
+    path = os.environ.get(CLI_VARIABLE) or shutil.which("pulumi")
+    return Path(path) if path and Path(path).is_file() else None
+
+
+def sdk_pin(package: str) -> str:
+    """The version pyproject.toml pins for `package` (the provider plugin's version)."""
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    return next(d.split("==", 1)[1] for d in deps if d.split("==", 1)[0] == package)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One resource step of an update, from the engine's event log."""
+
+    urn: str
+    op: str
+    type: str
+    started: int
+    """Sequence number of the step's start event."""
+    ended: int | None
+    """Sequence number of its outputs event (None when it failed or had none)."""
+
+    @property
+    def name(self) -> str:
+        return self.urn.rsplit("::", 1)[-1]
+
+
+class PulumiError(AssertionError):
+    """A `pulumi` command failed; the message carries its output."""
+
+
+class PulumiStack:
+    def __init__(self, root: Path, cli: Path, name: str):
+        self.root, self.cli, self.name = root, cli, name
+        self.project = root / "project"
+        self.config_file = root / f"Pulumi.{name}.yaml"
+        bin_dir = cli.parent
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")}
+        self.env.update(
+            PATH=os.pathsep.join([str(bin_dir), self.env.get("PATH", "")]),
+            PULUMI_HOME=str(root / "home"),
+            PULUMI_BACKEND_URL=(root / "state").as_uri(),
+            PULUMI_CONFIG_PASSPHRASE="",
+            PULUMI_SKIP_UPDATE_CHECK="true",
+            PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
+        )
+        self.env.pop("DOCKER_CONTEXT", None)
+        self._log = 0
+
+    @classmethod
+    def create(cls, root: Path, name: str, config: Mapping[str, str]) -> PulumiStack:
+        cli = find_cli()
+        if cli is None:
+            raise FileNotFoundError(
+                f"no Pulumi CLI: run scripts/install-pulumi.sh and set ${CLI_VARIABLE}"
+            )
+        stack = cls(root, cli, name)
+        (root / "state").mkdir(parents=True, exist_ok=True)
+        stack._copy_project()
+        for plugin, package in PLUGIN_VERSIONS.items():
+            wrapper = cli.parent / f"pulumi-resource-{plugin}"
+            version = sdk_pin(package)
+            stack.run(["plugin", "install", "resource", plugin, version, "--file", wrapper])
+        stack.run(["stack", "init", name])
+        stack.set_config(config)
+        return stack
+
+    def _copy_project(self) -> None:
+        self.project.mkdir(parents=True)
+        for name in PROJECT_FILES:
+            shutil.copy2(REPO / name, self.project / name)
+        for name in PROJECT_DIRS:
+            shutil.copytree(
+                REPO / name, self.project / name, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        venv = Path(sys.prefix)  # the virtualenv running the tests has the program's packages
+        pulumi_yaml = self.project / "Pulumi.yaml"
+        pulumi_yaml.write_text(
+            pulumi_yaml.read_text().replace("virtualenv: .venv", f"virtualenv: {venv}")
+        )
+
+    def run(
+        self, args: Iterable[Any], timeout: float = 1800, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [str(self.cli), *map(str, args)]
+        done = subprocess.run(
+            argv,
+            cwd=self.project,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and done.returncode != 0:
+            raise PulumiError(
+                f"`pulumi {' '.join(argv[1:])}` exited {done.returncode}:\n"
+                f"{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
+            )
+        return done
+
+    def _stack_args(self) -> list[str]:
+        return ["--stack", self.name, "--config-file", str(self.config_file)]
+
+    def set_config(self, values: Mapping[str, str]) -> None:
+        for key, value in values.items():
+            self.run(["config", "set", *self._stack_args(), key, value])
+
+    def remove_config(self, key: str) -> None:
+        self.run(["config", "rm", *self._stack_args(), key])
+
+    def _logged(self, verb: str, extra: Iterable[str], check: bool) -> tuple[list[Step], str]:
+        self._log += 1
+        log = self.root / f"events-{self._log}-{verb}.jsonl"
+        args = [verb, *self._stack_args(), "--non-interactive", "--event-log", log, *extra]
+        if verb != "preview":
+            args.append("--yes")
+        done = self.run(args, check=check)
+        return read_steps(log), done.stdout + done.stderr
+
+    def preview(self, *extra: str, check: bool = True) -> list[Step]:
+        return self._logged("preview", extra, check)[0]
+
+    def up(self, *extra: str) -> list[Step]:
+        return self._logged("up", extra, True)[0]
+
+    def destroy(self) -> list[Step]:
+        return self._logged("destroy", (), True)[0]
+
+    def outputs(self) -> dict[str, Any]:
+        done = self.run(["stack", "output", "--stack", self.name, "--json", "--show-secrets"])
+        return json.loads(done.stdout)
+
+    def state(self) -> list[dict[str, Any]]:
+        done = self.run(["stack", "export", "--stack", self.name])
+        return json.loads(done.stdout)["deployment"].get("resources", [])
+
+
+def read_steps(path: Path) -> list[Step]:
+    """The resource steps of an event log (`--event-log`), in the order they started.
+
+    A replacement is several steps of one URN (e.g. `delete-replaced`, `replace`,
+    `create-replacement`): each start event is a step, ended by the outputs event of its op.
+    """
+    steps: list[Step] = []
+    if not path.exists():
+        return steps
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        sequence = event.get("sequence", 0)
+        if "resourcePreEvent" in event:
+            meta = event["resourcePreEvent"]["metadata"]
+            steps.append(Step(meta["urn"], meta["op"], meta.get("type", ""), sequence, None))
+        elif "resOutputsEvent" in event:
+            meta = event["resOutputsEvent"]["metadata"]
+            for i, step in enumerate(steps):
+                if step.urn == meta["urn"] and step.op == meta["op"] and step.ended is None:
+                    steps[i] = Step(step.urn, step.op, step.type, step.started, sequence)
+                    break
+    return steps
+
+
+def changed(steps: Iterable[Step]) -> dict[str, set[str]]:
+    """Resource name -> its ops, for every step that is not `same` (a real change)."""
+    found: dict[str, set[str]] = {}
+    for step in steps:
+        if step.op not in ("same", "read"):
+            found.setdefault(step.name, set()).add(step.op)
+    return found
