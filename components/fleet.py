@@ -6,6 +6,7 @@ import pulumi
 import pulumi_docker as docker
 
 from components import render
+from components.access import check_access
 from components.card import NpuCard, NpuCardArgs
 from components.gateway import Gateway, GatewayArgs
 from components.plan import FleetPlan, HostPlan
@@ -18,7 +19,11 @@ def read_settings() -> FleetSettings:
 
     prefix = f"{pulumi.get_project()}:"
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    return load_settings({k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)})
+    values = {k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)}
+    secrets = {k for k in values if runtime_config.is_config_secret(prefix + k)}
+    settings = load_settings(values, secret_keys=secrets)
+    check_access(settings)
+    return settings
 
 
 class Fleet:

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from components.access import gateway_auth
 from components.plan import FleetPlan, GatewayPlan, PaddlexInstance, VllmInstance
 from components.settings import FleetSettings
 
@@ -256,6 +257,9 @@ def gateway_config(settings: FleetSettings, upstreams: list[dict[str, Any]]) -> 
     """The gateway's config.json: defaults, the operator's `gateway` settings, the upstreams."""
     config = json.loads(GATEWAY_DEFAULTS.read_text(encoding="utf-8"))
     _merge(config, settings.gateway)
+    auth = gateway_auth(settings)
+    if auth is not None:
+        _merge(config.setdefault("auth", {}), auth)
     config["upstreams"] = upstreams
     return config
 

@@ -15,11 +15,19 @@ import difflib
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 AcceleratorName = Literal["ascend", "nvidia", "sim"]
@@ -40,6 +48,30 @@ class _Model(BaseModel):
 
 
 Port = Field(ge=1, le=65535)
+SECRET_KEYS = ("tokens", "adminTokens")
+"""Config keys that hold credentials: accepted only as Pulumi secrets."""
+TOKEN_NAME = r"^[A-Za-z0-9_.@-]{1,64}$"
+
+
+def _check_token(token: SecretStr) -> SecretStr:
+    if len(token.get_secret_value()) < 16:
+        raise ValueError("a token must have at least 16 characters")
+    return token
+
+
+class TokenEntry(_Model):
+    """One user token (`tokens.NAME`): the token, or an object with it and its quotas."""
+
+    token: SecretStr
+    max_in_flight: int | None = Field(default=None, ge=1)
+    rate_per_s: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_token(cls, value: Any) -> Any:
+        return {"token": value} if isinstance(value, str) else value
+
+    _token = field_validator("token")(_check_token)
 
 
 class HostSettings(_Model):
@@ -127,6 +159,25 @@ class FleetSettings(_Model):
     gateway_container_name: str = "paddleocr-fleet-gateway"
     gateway: dict[str, Any] = Field(default_factory=dict)
 
+    tokens: dict[str, TokenEntry] = Field(default_factory=dict)
+    admin_tokens: dict[str, SecretStr] = Field(default_factory=dict)
+    allow_open_access: bool = False
+
+    @field_validator("tokens", "admin_tokens")
+    @classmethod
+    def _token_names(cls, tokens: dict[str, Any]) -> dict[str, Any]:
+        for name in tokens:
+            if not re.fullmatch(TOKEN_NAME, name):
+                raise ValueError(f"token name {name!r}: use 1-64 letters, digits or '-_.@'")
+        return tokens
+
+    @field_validator("admin_tokens")
+    @classmethod
+    def _admin_tokens(cls, tokens: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for token in tokens.values():
+            _check_token(token)
+        return tokens
+
     @field_validator("model_dir")
     @classmethod
     def _model_dir_absolute(cls, path: str) -> str:
@@ -171,11 +222,18 @@ _FLEET_KEYS = tuple(to_camel(f) for f in FleetSettings.model_fields if f != "hos
 KNOWN_KEYS = frozenset((*_HOST_DEFAULT_KEYS, *_FLEET_KEYS, "hosts"))
 
 
-def load_settings(raw: Mapping[str, str]) -> FleetSettings:
+def load_settings(raw: Mapping[str, str], secret_keys: Collection[str] = ()) -> FleetSettings:
     """Validate raw config values (key without project prefix -> string) into `FleetSettings`.
 
+    `secret_keys` names the keys Pulumi holds as secrets; credentials must be among them.
     Raises `ConfigError` naming the key on any problem; nothing is half-applied.
     """
+    for key in SECRET_KEYS:
+        if key in raw and key not in secret_keys:
+            raise ConfigError(
+                f"config key '{key}': must be a secret, or its plaintext is stored in the stack's "
+                f"config file: pulumi config set --secret --path '{key}.NAME' TOKEN"
+            )
     unknown = sorted(set(raw) - KNOWN_KEYS)
     if unknown:
         key = unknown[0]
@@ -303,7 +361,8 @@ def _describe(exc: ValidationError, implicit_host: bool) -> str:
             continue  # a consequence of an invalid host, which has its own message
         key = _key_of(error["loc"], implicit_host)
         got = error.get("input")
-        shown = "" if isinstance(got, dict | list | tuple) else f", got {got!r}"
+        credential = error["loc"][:1] in (("tokens",), ("admin_tokens",))
+        shown = "" if credential or isinstance(got, dict | list | tuple) else f", got {got!r}"
         message = error["msg"].removeprefix("Value error, ")
         problems.append(f"config key '{key}': {message}{shown}")
     return "; ".join(problems)

@@ -118,17 +118,32 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
 
 
 def record_stack(
-    config: dict[str, str], *, preview: bool = False, recording: Recording | None = None
+    config: dict[str, str],
+    *,
+    preview: bool = False,
+    recording: Recording | None = None,
+    secrets: dict[str, str] | None = None,
 ) -> Recording:
     """Run `__main__.py` with `config` (keys without the project prefix) and record it.
 
-    Pass `recording` to see what was registered even when the program raises.
+    `secrets` are config values the stack holds as Pulumi secrets. A config that names no token
+    (and says nothing of `allowOpenAccess`) gets `allowOpenAccess: true`, so tests about other
+    things need not configure access. Pass `recording` to see what was registered even when the
+    program raises.
     """
+    secrets = secrets or {}
+    config = dict(config)
+    if not {"tokens", "adminTokens", "allowOpenAccess"} & (set(config) | set(secrets)):
+        config["allowOpenAccess"] = "true"
+    config.update(secrets)
     recording = recording if recording is not None else Recording()
     # The SDK runs on the thread's current loop; a test before us may have closed or unset it.
     asyncio.set_event_loop(asyncio.new_event_loop())
     runtime_settings.reset_options()
-    pulumi.runtime.set_all_config({f"{PROJECT}:{k}": v for k, v in config.items()})
+    pulumi.runtime.set_all_config(
+        {f"{PROJECT}:{k}": v for k, v in config.items()},
+        [f"{PROJECT}:{k}" for k in secrets],
+    )
     mocks = _Mocks(preview)
     pulumi_mocks.set_mocks(
         mocks,

@@ -78,12 +78,24 @@ class PulumiStack:
             PULUMI_CONFIG_PASSPHRASE="",
             PULUMI_SKIP_UPDATE_CHECK="true",
             PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
+            PULUMI_ENABLE_STREAMING_JSON_PREVIEW="true",
         )
         self.env.pop("DOCKER_CONTEXT", None)
         self._log = 0
 
+    def prepend_path(self, *directories: Path | str) -> None:
+        """Put `directories` first on PATH for later `pulumi` runs, their plugins and the
+        commands those run (e.g. a wrapper that shadows `ssh`)."""
+        self.env["PATH"] = os.pathsep.join([*map(str, directories), self.env["PATH"]])
+
     @classmethod
-    def create(cls, root: Path, name: str, config: Mapping[str, str]) -> PulumiStack:
+    def create(
+        cls,
+        root: Path,
+        name: str,
+        config: Mapping[str, str],
+        secrets: Mapping[str, str] | None = None,
+    ) -> PulumiStack:
         cli = find_cli()
         if cli is None:
             raise FileNotFoundError(
@@ -98,6 +110,7 @@ class PulumiStack:
             stack.run(["plugin", "install", "resource", plugin, version, "--file", wrapper])
         stack.run(["stack", "init", name])
         stack.set_config(config)
+        stack.set_config(secrets or {}, secret=True)
         return stack
 
     def _copy_project(self) -> None:
@@ -137,20 +150,24 @@ class PulumiStack:
     def _stack_args(self) -> list[str]:
         return ["--stack", self.name, "--config-file", str(self.config_file)]
 
-    def set_config(self, values: Mapping[str, str]) -> None:
+    def set_config(self, values: Mapping[str, str], secret: bool = False) -> None:
+        flags = ["--secret"] if secret else []
         for key, value in values.items():
-            self.run(["config", "set", *self._stack_args(), key, value])
+            self.run(["config", "set", *self._stack_args(), *flags, key, value])
 
     def remove_config(self, key: str) -> None:
         self.run(["config", "rm", *self._stack_args(), key])
 
     def _logged(self, verb: str, extra: Iterable[str], check: bool) -> tuple[list[Step], str]:
+        """Run `verb` with `--json`, which streams the engine's events one JSON object a line
+        (PULUMI_ENABLE_STREAMING_JSON_PREVIEW does the same for a preview)."""
         self._log += 1
-        log = self.root / f"events-{self._log}-{verb}.jsonl"
-        args = [verb, *self._stack_args(), "--non-interactive", "--event-log", log, *extra]
+        args = [verb, *self._stack_args(), "--non-interactive", "--json", *extra]
         if verb != "preview":
             args.append("--yes")
         done = self.run(args, check=check)
+        log = self.root / f"events-{self._log}-{verb}.jsonl"
+        log.write_text(done.stdout)
         return read_steps(log), done.stdout + done.stderr
 
     def preview(self, *extra: str, check: bool = True) -> list[Step]:
@@ -172,7 +189,7 @@ class PulumiStack:
 
 
 def read_steps(path: Path) -> list[Step]:
-    """The resource steps of an event log (`--event-log`), in the order they started.
+    """The resource steps of a stream of engine events, in the order they started.
 
     A replacement is several steps of one URN (e.g. `delete-replaced`, `replace`,
     `create-replacement`): each start event is a step, ended by the outputs event of its op.
@@ -181,6 +198,8 @@ def read_steps(path: Path) -> list[Step]:
     if not path.exists():
         return steps
     for line in path.read_text().splitlines():
+        if not line.startswith("{"):
+            continue
         event = json.loads(line)
         sequence = event.get("sequence", 0)
         if "resourcePreEvent" in event:

@@ -8,6 +8,7 @@ day-two operations with fleetctl on the stack's own outputs, shrinking back, des
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import os
@@ -33,6 +34,14 @@ pytestmark = pytest.mark.docker
 
 VLLM_BASE, PADDLEX_BASE, GATEWAY_PORT = 19025, 19120, 19101
 STACK_LABEL = "paddleocr-fleet.role"
+USER_TOKEN = "e2e-user-token-" + os.urandom(12).hex()
+ADMIN_TOKEN = "e2e-admin-token-" + os.urandom(12).hex()
+USER = {"Authorization": f"Bearer {USER_TOKEN}"}
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+SECRETS = {
+    "tokens": json.dumps({"e2e": USER_TOKEN}),
+    "adminTokens": json.dumps({"ops": ADMIN_TOKEN}),
+}
 
 
 def temp_model_dir() -> str:
@@ -84,6 +93,12 @@ class Fleet:
         return steps
 
 
+def gateway_upstreams(fleet: Fleet) -> list[dict]:
+    answer = httpx.get(f"{fleet.gateway}/upstreams", headers=ADMIN, timeout=10)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["upstreams"]
+
+
 def docker(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
 
@@ -106,7 +121,7 @@ def fleet(docker_engine, tmp_path_factory):
     for name in container_ids():  # leftovers of an interrupted run
         docker("rm", "-f", name)
     config = fleet_config(temp_model_dir())
-    stack = PulumiStack.create(tmp_path_factory.mktemp("stack"), "e2e", config)
+    stack = PulumiStack.create(tmp_path_factory.mktemp("stack"), "e2e", config, SECRETS)
     fleet = Fleet(stack, config)
     try:
         yield fleet
@@ -161,7 +176,13 @@ def test_up_serves_ocr_after_starting_in_order(fleet):
         # The engine runs steps in parallel: the event sequence shows what waited for what.
         assert start.started > vllm_ready.ended, f"{paddlex.container_name} started too early"
         assert ready.started > start.ended
-    gateway_steps = [s for s in steps if s.name.startswith("local-gateway")]
+    # The gateway's image builds meanwhile; its container waits for every PaddleX.
+    gateway_steps = [
+        s
+        for s in steps
+        if s.name.startswith("local-gateway")
+        and s.type.startswith(("docker:index/container", "command:"))
+    ]
     last_paddlex_ready = max(
         s.ended or 0 for s in steps if "-paddlex-" in s.name and s.name.endswith("ready")
     )
@@ -170,6 +191,20 @@ def test_up_serves_ocr_after_starting_in_order(fleet):
     assert outputs["upstreams"] == fleet.plan.upstreams()
     assert outputs["gateway_url"] == fleet.gateway
     test_ocr_a_png_through_the_gateway(fleet)
+
+
+def test_the_gateway_wants_a_token_and_no_token_reached_the_state_or_the_container(fleet):
+    body = {"base64": base64.b64encode(png_bytes()).decode()}
+    refused = httpx.post(f"{fleet.gateway}/ocr", json=body, timeout=60)
+    assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")
+    user_on_admin = httpx.get(f"{fleet.gateway}/upstreams", headers=USER, timeout=10)
+    assert user_on_admin.status_code == 403
+    state = json.dumps(fleet.stack.state())
+    gateway = fleet.plan.gateway
+    config = docker("exec", gateway.container_name, "cat", gateway.config_path)
+    for token in (USER_TOKEN, ADMIN_TOKEN):
+        assert token not in state and token not in config.stdout
+        assert hashlib.sha256(token.encode()).hexdigest() in config.stdout
 
 
 def test_a_second_up_changes_nothing_and_runs_no_command(fleet):
@@ -195,6 +230,7 @@ def test_each_pipeline_config_names_its_bound_vllm_inside_the_container(fleet):
 def test_ocr_a_png_through_the_gateway(fleet: Fleet) -> None:
     response = httpx.post(
         f"{fleet.gateway}/ocr-file",
+        headers=USER,
         files={"file": ("doc.png", png_bytes(), "image/png")},
         timeout=60,
     )
@@ -208,6 +244,7 @@ def test_ocr_a_multipage_pdf_is_one_document_with_every_page(fleet):
     document = pdf_bytes(12)  # over PaddleX's default 10-page limit
     response = httpx.post(
         f"{fleet.gateway}/ocr",
+        headers=USER,
         json={"base64": base64.b64encode(document).decode()},
         timeout=120,
     )
@@ -220,6 +257,7 @@ def test_ocr_a_multipage_pdf_is_one_document_with_every_page(fleet):
 def _ocr(client: httpx.Client, gateway: str) -> httpx.Response:
     return client.post(
         f"{gateway}/ocr",
+        headers=USER,
         json={"base64": base64.b64encode(png_bytes()).decode()},
         timeout=120,
     )
@@ -245,7 +283,8 @@ def _traffic(fleet: Fleet, stop: threading.Event, statuses: list[object]) -> Non
     with httpx.Client(timeout=120) as client:
         while not stop.is_set():
             try:
-                outcome: object = client.post(f"{fleet.gateway}/ocr", json=body).status_code
+                answer = client.post(f"{fleet.gateway}/ocr", json=body, headers=USER)
+                outcome: object = answer.status_code
             except Exception as exc:  # a failed request is an answer the client lost
                 outcome = repr(exc)
             statuses.append(outcome)
@@ -265,7 +304,7 @@ def test_growing_to_two_cards_creates_only_the_new_card_while_clients_are_served
         deadline = time.monotonic() + 60
         upstreams: list[dict] = []
         while time.monotonic() < deadline:  # the new config is reloaded in place
-            upstreams = httpx.get(f"{fleet.gateway}/upstreams", timeout=10).json()["upstreams"]
+            upstreams = gateway_upstreams(fleet)
             if len(upstreams) == len(fleet.plan.paddlex):
                 break
             time.sleep(0.5)
@@ -338,6 +377,11 @@ def fleetctl(fleet: Fleet, tmp_path: Path, *args: str) -> subprocess.CompletedPr
     return subprocess.run(
         [sys.executable, "-m", "fleetctl", *args[:1], "--outputs", str(outputs), *args[1:]],
         cwd=REPO,
+        env={
+            **os.environ,
+            "PADDLEOCR_FLEET_TOKEN": USER_TOKEN,
+            "PADDLEOCR_FLEET_ADMIN_TOKEN": ADMIN_TOKEN,
+        },
         capture_output=True,
         text=True,
         timeout=600,
@@ -423,7 +467,7 @@ def test_killing_a_paddlex_container_mid_traffic_costs_the_clients_nothing(fleet
     deadline = time.monotonic() + 40  # active probes: 3 failures at the configured interval
     state = "healthy"
     while state == "healthy" and time.monotonic() < deadline:
-        upstreams = httpx.get(f"{fleet.gateway}/upstreams", timeout=10).json()["upstreams"]
+        upstreams = gateway_upstreams(fleet)
         state = next(u["state"] for u in upstreams if u["url"] == victim.url)
         time.sleep(0.5)
     assert state in ("unhealthy", "ejected")
