@@ -12,6 +12,8 @@ from components.render import MODEL_DIR_IN_CONTAINER
 from components.settings import FleetSettings
 
 ROLE_LABEL = "paddleocr-fleet.role"
+STACK_LABEL = "paddleocr-fleet.stack"
+"""`project/stack`: several stacks (or test runs) can share one Docker engine."""
 
 
 def accelerator_args(
@@ -55,6 +57,7 @@ def labels(
 ) -> list[docker.ContainerLabelArgs]:
     values = {
         ROLE_LABEL: role,
+        STACK_LABEL: f"{pulumi.get_project()}/{pulumi.get_stack()}",
         "paddleocr-fleet.host": host.name,
         "paddleocr-fleet.port": str(port),
     }
