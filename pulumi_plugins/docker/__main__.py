@@ -1,0 +1,20 @@
+"""Entry point: `python -m pulumi_plugins.docker [flags] ENGINE_ADDRESS` (as the engine starts
+a resource plugin: it prints its port on the first line of stdout and serves until killed)."""
+
+from __future__ import annotations
+
+import sys
+
+from pulumi.runtime.proto import provider_pb2_grpc
+
+from pulumi_plugins import rpc
+from pulumi_plugins.docker.server import DockerProvider
+
+
+def main(argv: list[str]) -> None:
+    provider = DockerProvider(rpc.engine_address(argv))
+    rpc.serve(provider_pb2_grpc.add_ResourceProviderServicer_to_server, provider)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
