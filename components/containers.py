@@ -12,6 +12,9 @@ from components.render import MODEL_DIR_IN_CONTAINER
 from components.settings import FleetSettings
 
 ROLE_LABEL = "paddleocr-fleet.role"
+STOP_GRACE_S = 30
+"""How long a replaced or destroyed container gets to stop before it is killed (the
+provider's default is 0: an immediate kill, even of a vLLM or a gateway with work in flight)."""
 STACK_LABEL = "paddleocr-fleet.stack"
 """`project/stack`: several stacks (or test runs) can share one Docker engine."""
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 import pulumi
 import pulumi_docker as docker
 
@@ -10,7 +13,7 @@ from components.access import check_access
 from components.card import NpuCard, NpuCardArgs
 from components.gateway import Gateway, GatewayArgs
 from components.plan import FleetPlan, HostPlan
-from components.settings import FleetSettings, load_settings
+from components.settings import ConfigError, FleetSettings, load_settings
 
 
 def read_settings() -> FleetSettings:
@@ -23,7 +26,21 @@ def read_settings() -> FleetSettings:
     secrets = {k for k in values if runtime_config.is_config_secret(prefix + k)}
     settings = load_settings(values, secret_keys=secrets)
     check_access(settings)
+    check_environment(os.environ)
     return settings
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse a DOCKER_CONTEXT in the environment: pulumi-docker lets it override the provider's
+    `host` for containers, while images and the `docker` CLI of the start commands follow the
+    host's endpoint (DOCKER_HOST), so one host's resources would land on two engines."""
+    context = environ.get("DOCKER_CONTEXT", "")
+    if context not in ("", "default"):
+        raise ConfigError(
+            f"environment DOCKER_CONTEXT={context!r}: it would send the containers to that "
+            "context's engine but images and start commands to each host's endpoint; unset it "
+            "(a host's engine is its config key 'dockerHost' or 'hosts[i].endpoint')"
+        )
 
 
 class Fleet:

@@ -3,11 +3,9 @@ is swapped in by `docker exec` (the gateway reloads it without a restart)."""
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
 import json
+import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -21,34 +19,6 @@ from components.settings import FleetSettings
 GATEWAY_CONTEXT = "gateway"
 """The gateway image's build context, relative to the project root (only what the image needs)."""
 GATEWAY_REPOSITORY = "paddleocr-fleet/gateway"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-
-def context_digest(context: Path) -> str:
-    """A digest of the build context's files (names and contents, minus `.dockerignore`).
-
-    The image is tagged with it, so a changed source file is a new tag: the image is rebuilt and
-    the container that refers to it is replaced; an unchanged tree changes nothing.
-
-    >>> len(context_digest(PROJECT_ROOT / GATEWAY_CONTEXT))
-    16
-    """
-    ignore_file = context / ".dockerignore"
-    patterns = [
-        line.strip().rstrip("/")
-        for line in (ignore_file.read_text().splitlines() if ignore_file.exists() else [])
-        if line.strip() and not line.startswith("#")
-    ]
-    digest = hashlib.sha256()
-    for path in sorted(p for p in context.rglob("*") if p.is_file()):
-        relative = path.relative_to(context).as_posix()
-        parts = relative.split("/")
-        if any(fnmatch.fnmatch(part, pat) for pat in patterns for part in parts) or any(
-            fnmatch.fnmatch(relative, pat) for pat in patterns
-        ):
-            continue
-        digest.update(relative.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
 
 
 @dataclass
@@ -69,24 +39,10 @@ class Gateway(pulumi.ComponentResource):
     def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("paddleocr-fleet:fleet:Gateway", name, {}, opts)
         settings, gateway = args.settings, args.plan
+        self._cleanups: list[pulumi.Resource] = []
         image = args.image
         if image is None:
-            host = gateway.host
-            tag = context_digest(PROJECT_ROOT / GATEWAY_CONTEXT)
-            built = docker.Image(
-                f"{name}-image",
-                image_name=f"{GATEWAY_REPOSITORY}:{tag}",
-                build=docker.DockerBuildArgs(
-                    context=GATEWAY_CONTEXT,
-                    dockerfile=f"{GATEWAY_CONTEXT}/Dockerfile",
-                    args=dict(host.build_args) or None,
-                    platform=host.platform,
-                    network="host",
-                ),
-                skip_push=True,
-                opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
-            )
-            image = built.image_name
+            image = self._build(name, gateway, args.provider)
         self.config_json = pulumi.Output.all(*args.upstreams).apply(
             lambda entries: render.gateway_config_json(settings, list(entries))
         )
@@ -104,8 +60,11 @@ class Gateway(pulumi.ComponentResource):
                 docker.ContainerUploadArgs(file=gateway.config_path, content=self.config_json)
             ],
             labels=containers.labels("gateway", gateway.host, None, gateway.port),
+            destroy_grace_seconds=containers.STOP_GRACE_S,
             # Later configs arrive through `install` below and are reloaded in place.
-            opts=containers.child_opts(self, args.provider, ignore_changes=["uploads"]),
+            opts=containers.child_opts(
+                self, args.provider, ignore_changes=["uploads"], depends_on=self._cleanups
+            ),
         )
         self.install = command.local.Command(
             f"{name}-config",
@@ -124,3 +83,40 @@ class Gateway(pulumi.ComponentResource):
         )
         self.url = self.ready.stdout.apply(lambda _: gateway.url)
         self.register_outputs({"url": self.url, "config": self.config_json.apply(json.loads)})
+
+    def _build(
+        self, name: str, gateway: GatewayPlan, provider: pulumi.ProviderResource | None
+    ) -> pulumi.Output[str]:
+        """Build the image on the gateway's host; the container refers to its id (`repoDigest`,
+        the local image id when nothing is pushed), so a rebuilt image replaces the container.
+
+        pulumi-docker rebuilds when the context's files change and never deletes an image, so a
+        command beside it removes each image the stack built once its container is gone: on a
+        rebuild the old one, on destroy the last.
+        """
+        host = gateway.host
+        built = docker.Image(
+            f"{name}-image",
+            image_name=f"{GATEWAY_REPOSITORY}:{pulumi.get_stack()}",
+            build=docker.DockerBuildArgs(
+                context=GATEWAY_CONTEXT,
+                dockerfile=f"{GATEWAY_CONTEXT}/Dockerfile",
+                args=dict(host.build_args) or None,
+                platform=host.platform,
+                network="host",
+            ),
+            skip_push=True,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        )
+        cleanup = command.local.Command(
+            f"{name}-image-cleanup",
+            create="true",
+            delete=built.repo_digest.apply(
+                lambda digest: f"docker image rm -f {shlex.quote(digest)} >/dev/null 2>&1 || true"
+            ),
+            environment=host.docker_env,
+            triggers=[built.repo_digest],
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=False),
+        )
+        self._cleanups.append(cleanup)
+        return built.repo_digest

@@ -59,6 +59,7 @@ class PaddlexServer(pulumi.ComponentResource):
             **containers.accelerator_args(
                 settings, paddlex.host, paddlex.card, kind.paddlex_mounts, kind.paddlex_shm_mb
             ),
+            destroy_grace_seconds=containers.STOP_GRACE_S,
             opts=containers.child_opts(self, args.provider),
         )
         start = render.paddlex_start_command(settings, paddlex)

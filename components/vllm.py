@@ -49,6 +49,7 @@ class VllmServer(pulumi.ComponentResource):
             **containers.accelerator_args(
                 settings, vllm.host, vllm.card, kind.vllm_mounts, kind.vllm_shm_mb
             ),
+            destroy_grace_seconds=containers.STOP_GRACE_S,
             opts=containers.child_opts(self, args.provider),
         )
         self.ready = command.local.Command(

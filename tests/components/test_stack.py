@@ -7,7 +7,6 @@ import pytest
 import yaml
 
 from components import render
-from components.gateway import PROJECT_ROOT, context_digest
 from components.plan import build_plan
 from components.settings import ConfigError, load_settings
 from tests.pulumi_harness import (
@@ -40,8 +39,8 @@ def test_resource_counts(cards, vllm, paddlex):
     assert len(_containers(recording, "vllm")) == vllm
     assert len(_containers(recording, "paddlex")) == paddlex
     assert len(_containers(recording, "gateway")) == 1
-    # vLLM: readiness; PaddleX: start + readiness; gateway: config install + readiness.
-    assert len(recording.of_type(COMMAND)) == vllm + 2 * paddlex + 2
+    # vLLM: readiness; PaddleX: start + readiness; gateway: image cleanup, config, readiness.
+    assert len(recording.of_type(COMMAND)) == vllm + 2 * paddlex + 3
     assert len(recording.of_type(IMAGE)) == 1
     assert len(recording.of_type(REMOTE_IMAGE)) == 2  # the vLLM and the PaddleX image
     assert len(recording.of_type(PROVIDER)) == 1
@@ -245,23 +244,15 @@ def test_the_gateway_image_is_built_from_its_folder_for_its_hosts_platform():
     build = image.inputs["build"]
     assert build["context"] == "gateway" and build["dockerfile"] == "gateway/Dockerfile"
     assert build["platform"] == "linux/arm64"
-    tag = context_digest(PROJECT_ROOT / "gateway")
-    assert image.inputs["imageName"] == f"paddleocr-fleet/gateway:{tag}"
+    assert image.inputs["imageName"] == "paddleocr-fleet/gateway:test"  # the stack's own tag
     (gateway,) = _containers(recording, "gateway")
-    assert gateway.inputs["image"] == f"paddleocr-fleet/gateway:{tag}"
+    # The container refers to the built image's id, so a rebuild replaces it.
+    assert gateway.inputs["image"] == f"paddleocr-fleet/gateway:test@sha256:{'0' * 64}"
     assert "GATEWAY_PORT=9300" in gateway.inputs["envs"]  # what the image's healthcheck probes
-
-
-def test_the_gateway_image_tag_changes_with_its_sources_only(tmp_path):
-    (tmp_path / "app.py").write_text("print('v1')\n")
-    (tmp_path / ".dockerignore").write_text("__pycache__/\n*.pyc\n")
-    first = context_digest(tmp_path)
-    (tmp_path / "__pycache__").mkdir()
-    (tmp_path / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"\0")
-    (tmp_path / "stale.pyc").write_bytes(b"\0")
-    assert context_digest(tmp_path) == first
-    (tmp_path / "app.py").write_text("print('v2')\n")
-    assert context_digest(tmp_path) != first
+    cleanup = recording.named("local-gateway-image-cleanup")
+    assert cleanup.inputs["delete"].startswith("docker image rm -f ")
+    assert cleanup.inputs["environment"] == {"DOCKER_HOST": "unix:///var/run/docker.sock"}
+    assert cleanup.urn in gateway.dependencies  # the image goes only after its container
 
 
 def test_renamed_host_keeps_its_resources_through_aliases():
@@ -352,3 +343,13 @@ def test_adding_or_removing_a_host_leaves_the_other_host_untouched():
     assert set(only_a) <= set(both)
     changed = sorted(r.name for urn, r in only_a.items() if r.inputs != both[urn].inputs)
     assert changed == ["npu-a-gateway", "npu-a-gateway-config"]
+
+
+def test_an_exported_docker_context_is_refused_before_anything_is_registered(monkeypatch):
+    monkeypatch.setenv("DOCKER_CONTEXT", "remote-b")
+    recording = Recording()
+    with pytest.raises(ConfigError, match="environment DOCKER_CONTEXT='remote-b'"):
+        record_stack({"cards": "1"}, recording=recording)
+    assert recording.resources == []
+    monkeypatch.setenv("DOCKER_CONTEXT", "default")
+    assert record_stack({"cards": "1"}).resources

@@ -97,6 +97,12 @@ class Fleet:
         return steps
 
 
+def built_images(fleet: Fleet) -> list[str]:
+    """The ids of the images the stack built (pulumi-docker's `repoDigest` without a push)."""
+    state = fleet.stack.state()
+    return [r["outputs"]["repoDigest"] for r in state if r["type"] == "docker:index/image:Image"]
+
+
 def gateway_upstreams(fleet: Fleet) -> list[dict]:
     answer = httpx.get(f"{fleet.gateway}/upstreams", headers=ADMIN, timeout=10)
     assert answer.status_code == 200, answer.text
@@ -378,17 +384,23 @@ def test_a_changed_vllm_setting_replaces_exactly_the_vllm_containers_first_delet
 
 def test_a_changed_gateway_source_rebuilds_and_replaces_only_the_gateway(fleet):
     before = full_ids(list(container_ids()))
+    old_image = built_images(fleet)
     source = fleet.stack.project / "gateway" / "postprocess.py"
     source.write_text(source.read_text() + "\n# a change of the gateway's sources\n")
     steps = fleet.up("changed gateway source")
     touched = changed(steps)
     assert set(touched) <= {
         "local-gateway-image",
+        "local-gateway-image-cleanup",
         "local-gateway",
         "local-gateway-config",
         "local-gateway-ready",
     }, touched
     assert "local-gateway-image" in touched and "local-gateway" in touched
+    new_image = built_images(fleet)
+    assert new_image != old_image
+    for image in old_image:  # the image it replaced is removed, not left to pile up
+        assert docker("image", "inspect", image).returncode != 0, f"{image} is left"
     after = full_ids(list(container_ids()))
     gateway = fleet.plan.gateway.container_name
     assert after[gateway] != before[gateway]
