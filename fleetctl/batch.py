@@ -6,6 +6,8 @@
   share a name (``a.png`` and ``a.pdf``) keep their extension: ``a.png.md``, ``a.pdf.md``.
 * Resumable: an input is skipped when its markdown exists and is not older than it.
 * Atomic: markdown is written to a temporary file in the same folder and renamed into place.
+* A refused token (401/403) stops the batch: no further document is sent, none of those refused
+  counts as failed, and `Summary.refused` says why; a re-run with a valid token continues.
 
 Usage::
 
@@ -39,7 +41,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from fleetctl.client import AsyncClient, OcrError, sniff
+from fleetctl.client import AsyncClient, AuthError, OcrError, sniff
 
 IMAGE_EXTS = frozenset({".png", ".jpg", ".jpeg", ".jpe", ".bmp", ".tif", ".tiff", ".webp"})
 PDF_EXTS = frozenset({".pdf"})
@@ -85,6 +87,8 @@ class Summary:
     failures: list[Failure] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     interrupted: bool = False
+    refused: AuthError | None = None  # the gateway refused the token; the batch stopped
+    left: int = 0  # documents not done because of `refused` (a re-run does them)
 
     def on_retry(self, attempt: int, delay: float, reason: str) -> None:
         """Pass as ``AsyncClient(on_retry=summary.on_retry)`` to count retries."""
@@ -234,8 +238,14 @@ async def run(
                 job = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
+            if summary.refused is not None:
+                summary.left += 1
+                continue
             try:
                 res = await client.ocr(job.src)
+            except AuthError as e:
+                summary.refused = summary.refused or e
+                summary.left += 1
             except OcrError as e:
                 summary.failures.append(
                     Failure(

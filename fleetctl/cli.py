@@ -10,8 +10,10 @@
     fleetctl ocr INPUT... --out DIR     batch OCR through the gateway
 
 Topology: ``--outputs FILE`` (saved ``pulumi stack output --json``), else ``FLEETCTL_OUTPUTS``,
-else ``pulumi stack output --json``. Exit codes: 0 all fine, 1 something unhealthy or failed,
-2 usage or topology error, 130 interrupted.
+else ``pulumi stack output --json``. Gateway tokens: ``--token`` (else ``PADDLEOCR_FLEET_TOKEN``)
+for OCR, ``--admin-token`` (else ``PADDLEOCR_FLEET_ADMIN_TOKEN``) for ``/upstreams``; each falls
+back to the other. Exit codes: 0 all fine, 1 something unhealthy or failed, 2 usage, topology or
+token error, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from fleetctl import batch, ops
+from fleetctl.auth import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, resolve
 from fleetctl.client import AsyncClient, RetryPolicy
 from fleetctl.docker import Docker, DockerError
 from fleetctl.ports import BOUND, FREE, LISTENING, TAKEN, check_port
@@ -67,15 +71,31 @@ def _parsers() -> argparse.ArgumentParser:
     sel.add_argument("--kind", action="append", choices=("vllm", "paddlex", "gateway"))
     js = argparse.ArgumentParser(add_help=False)
     js.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    user = argparse.ArgumentParser(add_help=False)
+    user.add_argument(
+        "--token",
+        help=f"gateway token for OCR (default: ${TOKEN_ENV}, else ${ADMIN_TOKEN_ENV}; "
+        "prefer the variable, arguments show in `ps`)",
+    )
+    admin = argparse.ArgumentParser(add_help=False)
+    admin.add_argument(
+        "--admin-token",
+        help=f"gateway admin token for /upstreams (default: ${ADMIN_TOKEN_ENV}, else the "
+        "user token)",
+    )
 
     p = argparse.ArgumentParser(
         prog="fleetctl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-    s = sub.add_parser("status", parents=[topo, sel, js], help="table of every instance")
+    s = sub.add_parser(
+        "status", parents=[topo, sel, js, user, admin], help="table of every instance"
+    )
     s.add_argument("--timeout", type=float, default=5.0, help="HTTP timeout (s)")
     sub.add_parser("ports", parents=[topo, sel, js], help="planned ports: listening/free/taken")
-    v = sub.add_parser("verify", parents=[topo, sel, js], help="end-to-end test of each instance")
+    v = sub.add_parser(
+        "verify", parents=[topo, sel, js, user, admin], help="end-to-end test of each instance"
+    )
     v.add_argument("--timeout", type=float, default=300.0, help="per-request timeout (s)")
     v.add_argument("--concurrency", type=int, default=16)
     for name, helptext in (("restart", "restart one instance"), ("logs", "container logs")):
@@ -100,7 +120,7 @@ def _parsers() -> argparse.ArgumentParser:
     )
     sa.add_argument("--wait", type=float, default=600.0, help="wait for /health (s)")
     sa.add_argument("--no-wait", action="store_true")
-    o = sub.add_parser("ocr", parents=[topo], help="batch OCR files and folders to markdown")
+    o = sub.add_parser("ocr", parents=[topo, user], help="batch OCR files and folders to markdown")
     o.add_argument("inputs", nargs="+", metavar="INPUT", help="files and folders")
     o.add_argument("--out", required=True, type=Path, help="output root for the .md files")
     o.add_argument(
@@ -135,11 +155,17 @@ def _table(title: str, cols: list[str], rows: list[list[Any]], oks: list[bool]) 
 
 
 def cmd_status(fleet: Fleet, a: argparse.Namespace) -> int:
-    rows = asyncio.run(ops.status(fleet, _selection(fleet, a), Docker(), a.timeout))
+    admin_token = resolve(a.token, a.admin_token).admin
+    rows = asyncio.run(ops.status(fleet, _selection(fleet, a), Docker(), a.timeout, admin_token))
     bad = [r for r in rows if not r["ok"]]
+    refused = next((r["gateway_error"] for r in rows if "gateway_error" in r), None)
+    failed = bool(bad) or refused is not None
     if a.json:
-        print(json.dumps({"ok": not bad, "instances": rows}, indent=2))
-        return BAD if bad else OK
+        doc: dict[str, Any] = {"ok": not failed, "instances": rows}
+        if refused:
+            doc["gateway_error"] = refused
+        print(json.dumps(doc, indent=2))
+        return BAD if failed else OK
     cols = [
         "host",
         "card",
@@ -171,12 +197,14 @@ def cmd_status(fleet: Fleet, a: argparse.Namespace) -> int:
         )
     )
     for e in dict.fromkeys(r["docker_error"] for r in rows if "docker_error" in r):
-        out.print(f"[red]docker: {e}[/]")
+        out.print(f"[red]docker: {escape(e)}[/]")
+    if refused:
+        out.print(f"[red]gateway: {escape(refused)}[/]")
     out.print(
         f"{len(rows) - len(bad)}/{len(rows)} healthy"
         + ("; unhealthy: " + ", ".join(f"{r['kind']} {r['port']}" for r in bad) if bad else "")
     )
-    return BAD if bad else OK
+    return BAD if failed else OK
 
 
 def cmd_ports(fleet: Fleet, a: argparse.Namespace) -> int:
@@ -220,7 +248,8 @@ def cmd_ports(fleet: Fleet, a: argparse.Namespace) -> int:
 
 
 def cmd_verify(fleet: Fleet, a: argparse.Namespace) -> int:
-    rows = asyncio.run(ops.verify(fleet, _selection(fleet, a), a.timeout, a.concurrency))
+    token = resolve(a.token, a.admin_token).user
+    rows = asyncio.run(ops.verify(fleet, _selection(fleet, a), a.timeout, a.concurrency, token))
     bad = [r for r in rows if not r["ok"]]
     if a.json:
         print(json.dumps({"ok": not bad, "checks": rows}, indent=2))
@@ -286,14 +315,17 @@ def cmd_ocr(a: argparse.Namespace) -> int:
         if not url:
             raise TopologyError("the stack outputs have no gateway_url; pass --gateway URL")
     err = _console(stderr=True)
+    tokens = resolve(a.token)
     work = batch.plan(a.inputs, a.out, force=a.force)
     err.print(
         f"{len(work.todo)} to OCR, {len(work.uptodate)} up to date (skipped), "
-        f"{len(work.invalid)} invalid; gateway {url}"
+        f"{len(work.invalid)} invalid; gateway {url}, "
+        + (f"token from {tokens.user_from}" if tokens.user else "no token")
     )
     summary = batch.Summary()
     client = AsyncClient(
         url,
+        token=tokens.user or "",
         timeout=a.timeout,
         retry=RetryPolicy(max_attempts=a.max_attempts),
         on_retry=summary.on_retry,
@@ -321,6 +353,10 @@ def cmd_ocr(a: argparse.Namespace) -> int:
             err.print(f"  [red]{f.status}[/] {f.file}: {f.message}")
         if len(failures) > 10:
             err.print(f"  ... and {len(failures) - 10} more")
+    if summary.refused is not None:
+        err.print(f"[red]fleetctl: {escape(str(summary.refused))}[/]")
+        err.print(f"stopped: {summary.left} not done; re-run with a valid token to continue")
+        return USAGE
     if summary.interrupted:
         err.print("re-run the same command to continue; finished files are kept")
         return INTERRUPTED
@@ -346,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_ocr(a)
         fleet = load_fleet(a.outputs, a.stack)
         return COMMANDS[a.cmd](fleet, a)
-    except (TopologyError, batch.BatchError) as e:
+    except (TopologyError, batch.BatchError, TokenError) as e:
         print(f"fleetctl: {e}", file=sys.stderr)
         return USAGE
     except DockerError as e:

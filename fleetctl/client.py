@@ -4,7 +4,7 @@ Usage::
 
     from fleetctl.client import Client, AsyncClient
 
-    with Client("http://127.0.0.1:9101") as c:
+    with Client("http://127.0.0.1:9101", token=my_token) as c:  # default: $PADDLEOCR_FLEET_TOKEN
         res = c.ocr("scan.pdf")              # a path: uploaded to POST /ocr-file
         print(res.text, res.pages, res.upstream)
         res = c.ocr(png_bytes)               # bytes: uploaded too
@@ -14,6 +14,10 @@ Usage::
         outcomes = await c.ocr_many(["a.png", "b.pdf"], concurrency=8)
         for o in outcomes:
             print(o.source, o.result.text if o.ok else o.error)
+
+Tokens: ``token=`` is sent as ``Authorization: Bearer <token>``; without it the client takes
+``PADDLEOCR_FLEET_TOKEN`` (else ``PADDLEOCR_FLEET_ADMIN_TOKEN``) from the environment, and
+``token=""`` sends none. A 401/403 raises `AuthError` at once, never retried.
 
 Retries: HTTP 503 and 429 wait for ``Retry-After`` (capped), 502/504 and transport errors back
 off exponentially with jitter; every other 4xx/5xx fails at once with `OcrError`.
@@ -34,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from fleetctl.auth import REFUSED, bearer, check_token, redact, refusal, resolve
 
 Source = str | os.PathLike[str] | bytes
 
@@ -93,6 +99,10 @@ class OcrError(Exception):
         head = f"HTTP {self.status}" if self.status is not None else "transport error"
         code = f" {self.code}" if self.code else ""
         return f"{head}{code}: {self.message}"
+
+
+class AuthError(OcrError):
+    """The gateway refused the request's token (401) or its rights (403); never retried."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +181,7 @@ def _request(
     return "/ocr-file", {"files": {"file": (name, data, mime)}}
 
 
-def _parse(r: httpx.Response, attempts: int) -> OcrResult | OcrError:
+def _parse(r: httpx.Response, attempts: int, scrub: Callable[[str], str]) -> OcrResult | OcrError:
     try:
         body = r.json()
     except ValueError:
@@ -190,13 +200,13 @@ def _parse(r: httpx.Response, attempts: int) -> OcrResult | OcrError:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         err = body["error"]
         return OcrError(
-            str(err.get("message", "")),
+            scrub(str(err.get("message", ""))),
             r.status_code,
             err.get("code"),
             body.get("request_id"),
             attempts,
         )
-    text = r.text.strip()[:300] or r.reason_phrase
+    text = scrub(r.text.strip()[:300] or r.reason_phrase)
     if r.status_code == 200:
         return OcrError(f"unexpected answer: {text}", 200, "bad_response", None, attempts)
     return OcrError(text, r.status_code, None, r.headers.get("x-request-id"), attempts)
@@ -211,6 +221,7 @@ class _Base:
         self,
         url: str,
         *,
+        token: str | None = None,
         timeout: float = 600.0,
         retry: RetryPolicy | None = None,
         headers: dict[str, str] | None = None,
@@ -221,8 +232,21 @@ class _Base:
         self.trust_env = trust_env  # honour HTTP(S)_PROXY / NO_PROXY like httpx does
         self.retry = retry or RetryPolicy()
         self.timeout = httpx.Timeout(timeout, connect=min(10.0, timeout))
-        self.headers = headers or {}
+        if token is None:
+            self._token = resolve().user
+        else:
+            self._token = check_token(token.strip(), "token=") if token.strip() else None
+        given = {
+            k: v
+            for k, v in (headers or {}).items()
+            if not (self._token and k.lower() == "authorization")
+        }
+        self.headers = given  # the token goes to httpx only, whose Headers repr masks it
+        self._send_headers = {**given, **bearer(self._token)}
         self.on_retry = on_retry
+
+    def _scrub(self, text: str) -> str:
+        return redact(text, (self._token,) if self._token else ())
 
     def _settle(
         self, answer: httpx.Response | httpx.TransportError, attempt: int
@@ -231,13 +255,22 @@ class _Base:
         the next attempt; raises `OcrError` when the failure is final."""
         if isinstance(answer, httpx.TransportError):
             outcome: OcrResult | OcrError = OcrError(
-                f"{type(answer).__name__}: {answer}", None, "transport", None, attempt
+                self._scrub(f"{type(answer).__name__}: {answer}"), None, "transport", None, attempt
             )
             retry_after = None
         else:
-            outcome, retry_after = _parse(answer, attempt), answer.headers.get("retry-after")
+            outcome = _parse(answer, attempt, self._scrub)
+            retry_after = answer.headers.get("retry-after")
         if isinstance(outcome, OcrResult):
             return outcome
+        if outcome.status in REFUSED:
+            raise AuthError(
+                refusal(outcome.status, outcome.message, sent=self._token is not None),
+                outcome.status,
+                outcome.code,
+                outcome.request_id,
+                attempt,
+            )
         delay = self.retry.delay_for(outcome.status, retry_after, attempt)
         if delay is None:
             raise outcome
@@ -265,7 +298,10 @@ class Client(_Base):
     def __init__(self, url: str, **kw: Any) -> None:
         super().__init__(url, **kw)
         self._http = httpx.Client(
-            timeout=self.timeout, headers=self.headers, limits=_LIMITS, trust_env=self.trust_env
+            timeout=self.timeout,
+            headers=self._send_headers,
+            limits=_LIMITS,
+            trust_env=self.trust_env,
         )
 
     def ocr(
@@ -321,7 +357,10 @@ class AsyncClient(_Base):
     def __init__(self, url: str, **kw: Any) -> None:
         super().__init__(url, **kw)
         self._http = httpx.AsyncClient(
-            timeout=self.timeout, headers=self.headers, limits=_LIMITS, trust_env=self.trust_env
+            timeout=self.timeout,
+            headers=self._send_headers,
+            limits=_LIMITS,
+            trust_env=self.trust_env,
         )
 
     async def ocr(

@@ -71,15 +71,23 @@ def _gateway_view(
 
 
 async def status(
-    fleet: Fleet, insts: list[Instance], docker: Docker, timeout: float = 5.0
+    fleet: Fleet,
+    insts: list[Instance],
+    docker: Docker,
+    timeout: float = 5.0,
+    admin_token: str | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per instance: container state, HTTP health, bound vLLM, gateway view, ``ok``."""
+    """One row per instance: container state, HTTP health, bound vLLM, gateway view, ``ok``.
+
+    The gateway's view comes from ``/upstreams`` with `admin_token`. When the gateway refuses
+    it, every row carries the reason as ``gateway_error`` (the view of each is unknown).
+    """
     states = await asyncio.to_thread(container_states, docker, insts)
     async with httpx.AsyncClient(trust_env=False) as http:
         healths = await asyncio.gather(*(probes.health(http, i, timeout) for i in insts))
-        ups, summary = (None, "no gateway in topology")
+        gw = probes.GatewayView(None, "no gateway in topology")
         if fleet.gateway_url:
-            ups, summary = await probes.gateway_upstreams(http, fleet.gateway_url, timeout)
+            gw = await probes.gateway_upstreams(http, fleet.gateway_url, timeout, admin_token)
     rows = []
     for inst, h in zip(insts, healths, strict=True):
         st = states[(inst.host, inst.container)]
@@ -90,7 +98,7 @@ async def status(
             cstate, c_ok, docker_error = "docker error", False, st[len("error: ") :]
         else:
             cstate, c_ok = st, True  # no docker CLI here: judge by HTTP alone
-        view, g_ok = _gateway_view(inst, ups, summary)
+        view, g_ok = _gateway_view(inst, gw.upstreams, gw.summary)
         rows.append(
             {
                 "host": inst.host,
@@ -105,15 +113,21 @@ async def status(
                 "gateway": view,
                 "ok": c_ok and h.ok and g_ok,
                 **({"docker_error": docker_error} if docker_error else {}),
+                **({"gateway_error": gw.summary} if gw.refused else {}),
             }
         )
     return rows
 
 
 async def verify(
-    fleet: Fleet, insts: list[Instance], timeout: float = 300.0, concurrency: int = 16
+    fleet: Fleet,
+    insts: list[Instance],
+    timeout: float = 300.0,
+    concurrency: int = 16,
+    token: str | None = None,
 ) -> list[dict[str, Any]]:
-    """End-to-end check of each instance on its own (vLLM models, PaddleX parse, gateway OCR)."""
+    """End-to-end check of each instance on its own (vLLM models, PaddleX parse, gateway OCR
+    with `token`)."""
     sem = asyncio.Semaphore(concurrency)
 
     async def one(http: httpx.AsyncClient, inst: Instance) -> dict[str, Any]:
@@ -123,7 +137,7 @@ async def verify(
             elif inst.kind == "paddlex":
                 check, p = "POST /layout-parsing", await probes.paddlex_parse(http, inst, timeout)
             else:
-                check, p = "POST /ocr", await probes.gateway_ocr(http, inst.url, timeout)
+                check, p = "POST /ocr", await probes.gateway_ocr(http, inst.url, timeout, token)
         return {
             "host": inst.host,
             "card": inst.card,

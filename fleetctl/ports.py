@@ -1,10 +1,11 @@
 """Pre-flight port check: is each planned port listening, free, or taken by something else?
 
 A port that accepts connections is asked who it is over HTTP (vLLM answers ``/v1/models``,
-PaddleX answers ``/health`` with ``errorCode``, the gateway answers ``/upstreams``). A port that
-refuses connections is bind-tested on local addresses: a bound but not yet listening socket
-(vLLM binds its port while it loads the model) is not free. The owning process comes from
-``ss -ltnp`` or, failing that, ``/proc/net/tcp*`` and ``/proc/*/fd``.
+PaddleX answers ``/health`` with ``errorCode``, the gateway answers ``/upstreams``, or refuses
+it with a Bearer challenge when it has tokens: no token is sent). A port that refuses
+connections is bind-tested on local addresses: a bound but not yet listening socket (vLLM binds
+its port while it loads the model) is not free. The owning process comes from ``ss -ltnp`` or,
+failing that, ``/proc/net/tcp*`` and ``/proc/*/fd``.
 
 Usage::
 
@@ -87,6 +88,8 @@ def identify(inst: Instance, timeout: float = 2.0) -> str | None:
             r = http.get(f"{base}/upstreams")
             if r.status_code == 200 and isinstance(_json(r), dict) and "upstreams" in _json(r):
                 return "gateway"
+            if _refused_by_gateway(r):
+                return "gateway"
             r = http.get(f"{base}/health")
             if isinstance(_json(r), dict) and "errorCode" in _json(r):
                 return "paddlex"
@@ -95,6 +98,19 @@ def identify(inst: Instance, timeout: float = 2.0) -> str | None:
     except httpx.HTTPError:
         return None
     return None
+
+
+def _refused_by_gateway(r: httpx.Response) -> bool:
+    """A gateway with tokens answers ``/upstreams`` without one by 401 (Bearer challenge) and
+    its error body, so the port is identified without sending any token."""
+    body = _json(r)
+    return (
+        r.status_code == 401
+        and r.headers.get("www-authenticate", "").lower().startswith("bearer")
+        and isinstance(body, dict)
+        and isinstance(body.get("error"), dict)
+        and "request_id" in body
+    )
 
 
 def _json(r: httpx.Response) -> object:

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from fleetctl.auth import REFUSED, bearer, redact, refusal
 from fleetctl.png import encode_png
 from fleetctl.topology import Instance
 
@@ -138,14 +139,25 @@ async def paddlex_parse(http: httpx.AsyncClient, inst: Instance, timeout: float 
     return Probe(True, f"{len(pages)} page, {len(text)} chars", dt, text)
 
 
-async def gateway_ocr(http: httpx.AsyncClient, url: str, timeout: float = 300.0) -> Probe:
-    """``POST {gateway}/ocr`` with the built-in PNG as base64."""
-    answer = await _timed(http.post(f"{url}/ocr", json={"base64": TINY_PNG_B64}, timeout=timeout))
+async def gateway_ocr(
+    http: httpx.AsyncClient, url: str, timeout: float = 300.0, token: str | None = None
+) -> Probe:
+    """``POST {gateway}/ocr`` with the built-in PNG as base64, as `token` when given."""
+    answer = await _timed(
+        http.post(
+            f"{url}/ocr", json={"base64": TINY_PNG_B64}, headers=bearer(token), timeout=timeout
+        )
+    )
+    secrets = (token,) if token else ()
     if isinstance(answer, Probe):
-        return answer
+        return Probe(False, redact(answer.detail, secrets), answer.elapsed_s)
     r, dt = answer
+    message = redact(_body_message(r), secrets)
+    if r.status_code in REFUSED:
+        why = refusal(r.status_code, message, sent=token is not None)
+        return Probe(False, f"/ocr HTTP {r.status_code}: {why}", dt)
     if r.status_code != 200:
-        return Probe(False, f"/ocr HTTP {r.status_code}: {_body_message(r)}", dt)
+        return Probe(False, f"/ocr HTTP {r.status_code}: {message}", dt)
     try:
         j = r.json()
         text = j["text"]
@@ -159,21 +171,38 @@ async def gateway_ocr(http: httpx.AsyncClient, url: str, timeout: float = 300.0)
     )
 
 
+@dataclass(frozen=True)
+class GatewayView:
+    """The gateway's ``/upstreams`` keyed by upstream URL (None when it could not be read),
+    a one-line summary or the reason, and whether the gateway refused the admin token."""
+
+    upstreams: dict[str, dict[str, Any]] | None
+    summary: str
+    refused: bool = False
+
+
 async def gateway_upstreams(
-    http: httpx.AsyncClient, url: str, timeout: float = 5.0
-) -> tuple[dict[str, dict[str, Any]] | None, str]:
-    """The gateway's ``/upstreams`` keyed by upstream URL, or ``(None, reason)``."""
+    http: httpx.AsyncClient, url: str, timeout: float = 5.0, token: str | None = None
+) -> GatewayView:
+    """``GET {gateway}/upstreams``, as admin `token` when given."""
     try:
-        r = await http.get(f"{url}/upstreams", timeout=timeout)
+        r = await http.get(f"{url}/upstreams", headers=bearer(token), timeout=timeout)
+        if r.status_code in REFUSED:
+            message = redact(_body_message(r), (token,) if token else ())
+            why = refusal(r.status_code, message, sent=token is not None, admin=True)
+            return GatewayView(None, f"/upstreams HTTP {r.status_code}: {why}", refused=True)
         r.raise_for_status()
         j = r.json()
-        return {
-            str(u["url"]).rstrip("/"): u for u in j.get("upstreams", [])
-        }, f"mode {j.get('mode', '?')}, queue {j.get('queue_depth', '?')}"
+        return GatewayView(
+            {str(u["url"]).rstrip("/"): u for u in j.get("upstreams", [])},
+            f"mode {j.get('mode', '?')}, queue {j.get('queue_depth', '?')}",
+        )
     except httpx.HTTPError as e:
-        return None, f"gateway unreachable: {_err(e)}"
+        return GatewayView(
+            None, redact(f"gateway unreachable: {_err(e)}", (token,) if token else ())
+        )
     except (ValueError, KeyError, TypeError, AttributeError):
-        return None, "gateway /upstreams: unexpected body"
+        return GatewayView(None, "gateway /upstreams: unexpected body")
 
 
 async def wait_healthy(

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from fleetctl.auth import ADMIN_TOKEN_ENV, TOKEN_ENV
 from tests.doubles.servers import ServerThread
 from tests.fleetctl.fakes import fake_gateway
 
@@ -36,6 +37,13 @@ def doc(magic: bytes, body: str = "") -> bytes:
     count in ``body`` with random digits.
     """
     return magic + body.encode() + b"\n" + os.urandom(8)
+
+
+@pytest.fixture(autouse=True)
+def no_tokens_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client and the CLI read tokens from the environment: start every test without."""
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    monkeypatch.delenv(ADMIN_TOKEN_ENV, raising=False)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from fleetctl import batch
 from fleetctl.cli import main
-from fleetctl.client import AsyncClient, Client, OcrError, RetryPolicy
+from fleetctl.client import AsyncClient, AuthError, Client, OcrError, RetryPolicy
 from gateway.app import create_app
 from gateway.settings import parse_settings
 from tests.doubles.paddlex_double import DoubleFleet
@@ -21,6 +22,7 @@ from tests.fleetctl.conftest import FakeDocker, one_card_topology
 from tests.fleetctl.fakes import fake_vllm
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import pdf_bytes, png_bytes
+from tests.ports import free_port
 
 
 def png(gray: int = 0) -> bytes:
@@ -191,3 +193,57 @@ def test_status_and_verify_with_real_gateway(
             assert not down["ok"] and down["health"].startswith("down")
         finally:
             gw.stop()
+
+
+def test_tokens_with_real_gateway(
+    doubles: DoubleFleet,
+    tmp_path: Path,
+    fake_docker: FakeDocker,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    user, admin = "u-" + "5" * 30, "a-" + "9" * 30
+    auth = {
+        "tokens": [{"name": "team-a", "sha256": hashlib.sha256(user.encode()).hexdigest()}],
+        "admin_tokens": [{"name": "ops", "sha256": hashlib.sha256(admin.encode()).hexdigest()}],
+    }
+    ups = [{"url": d.url, "container": f"paddle-{d.port}-sim-0"} for d in doubles]
+    gw = Gateway(gateway_config(ups, auth=auth))
+    try:
+        with Client(gw.url, token=user, trust_env=False) as c:
+            assert c.ocr(png()).pages == 1
+        with Client(gw.url, token="", trust_env=False) as c, pytest.raises(AuthError) as ei:
+            c.ocr(png())
+        assert ei.value.status == 401 and "set --token or PADDLEOCR_FLEET_TOKEN" in str(ei.value)
+
+        topo = one_card_topology(
+            [
+                {
+                    "port": free_port(),  # no vLLM: the selections below leave it out
+                    "paddlex": [
+                        {"port": d.port, "url": d.url, "container": f"paddle-{d.port}-sim-0"}
+                        for d in doubles
+                    ],
+                }
+            ],
+            gateway={"host": "local", "port": gw.server.port, "url": gw.url},
+        )
+        outputs = tmp_path / "outputs.json"
+        outputs.write_text(json.dumps({"gateway_url": gw.url, "topology": topo}))
+        fake_docker.set_states({f"paddle-{d.port}-sim-0": "running" for d in doubles})
+        sel = ["--outputs", str(outputs), "--kind", "paddlex"]
+        monkeypatch.setenv("PADDLEOCR_FLEET_TOKEN", user)
+        assert main(["status", *sel, "--json"]) == 1  # a user token is no admin token
+        data = json.loads(capsys.readouterr().out)
+        assert "HTTP 403" in data["gateway_error"] and "--admin-token" in data["gateway_error"]
+        monkeypatch.setenv("PADDLEOCR_FLEET_ADMIN_TOKEN", admin)
+        assert main(["status", *sel, "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)["instances"]
+        assert [r["gateway"] for r in rows] == ["healthy", "healthy"]
+        assert main(["verify", "--outputs", str(outputs), "--kind", "gateway"]) == 0
+        assert main(["ports", "--outputs", str(outputs), "--kind", "gateway", "--json"]) == 0
+        out, err = capsys.readouterr()
+        assert "1/1 passed" in out and '"gateway answers"' in out
+        assert user not in out + err and admin not in out + err
+    finally:
+        gw.stop()
