@@ -87,7 +87,7 @@ class PaddlexServer(pulumi.ComponentResource):
             f"{name}-ready",
             create=render.paddlex_ready_command(settings, paddlex),
             environment=paddlex.host.docker_env,
-            triggers=[self.container.id],
+            triggers=[self.container.id, self.start.id],  # a service started again is waited for
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.start]),
         )
         self.url = self.ready.stdout.apply(lambda _: paddlex.url)

@@ -107,6 +107,10 @@ def paddlex_argv(settings: FleetSettings, paddlex: PaddlexInstance) -> list[str]
     ]
 
 
+STOP_WAIT_S = 30
+"""How long a stop waits for the PaddleX service to exit before it kills it."""
+
+
 def pid_file(paddlex: PaddlexInstance) -> str:
     return f"/tmp/paddlex-{paddlex.port}.pid"
 
@@ -148,9 +152,15 @@ def paddlex_start_command(settings: FleetSettings, paddlex: PaddlexInstance) -> 
 
 
 def paddlex_stop_command(paddlex: PaddlexInstance) -> str:
-    """Stops the service that `paddlex_start_command` started; harmless if it is gone."""
+    """Stops the service that `paddlex_start_command` started and waits (bounded) until it has
+    exited, so that a service started next finds its port free; harmless if it is gone."""
     pid, path = pid_file(paddlex), paddlex.service_script_path
-    script = f"rm -f {path}; kill $(cat {pid}) 2>/dev/null; rm -f {pid}"
+    script = (
+        f"rm -f {path}; p=$(cat {pid} 2>/dev/null) || exit 0; kill $p 2>/dev/null; "
+        f"i=0; while kill -0 $p 2>/dev/null && [ $i -lt {STOP_WAIT_S * 10} ]; do "
+        "sleep 0.1; i=$((i+1)); done; "
+        f"kill -9 $p 2>/dev/null; rm -f {pid}"
+    )
     return shlex.join(["docker", "exec", paddlex.container_name, "bash", "-c", script]) + (
         " >/dev/null 2>&1 || true"
     )

@@ -156,7 +156,7 @@ def test_every_start_command_waits_for_its_own_vllm_and_container(seed_stack):
         assert start.delete_before_replace
         ready = seed_stack.named(f"{slot}-ready")
         assert start.urn in ready.dependencies
-        assert ready.inputs["triggers"] == [f"{container.name}-id"]
+        assert ready.inputs["triggers"] == [f"{container.name}-id", f"{start.name}-id"]
 
 
 def test_vllm_readiness_follows_its_container_and_reruns_on_replacement(seed_stack):
