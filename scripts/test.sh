@@ -23,6 +23,30 @@ pulumi_log="$(mktemp)"
 bash scripts/install-pulumi.sh >"$pulumi_log" 2>&1 &
 pulumi_job=$!
 
+# The second host of tests/e2e/test_two_hosts.py is a network namespace with its own engine and
+# an sshd (tests/e2e/netns_host.py): it needs ip, nsenter, sshd, ssh and ssh-keygen.
+has() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
+netns_packages=()
+has ip || netns_packages+=(iproute2)
+has nsenter || netns_packages+=(util-linux)
+has sshd || netns_packages+=(openssh-server)
+{ has ssh && has ssh-keygen; } || netns_packages+=(openssh-client)
+if [ ${#netns_packages[@]} -gt 0 ] && [ "$(id -u)" -eq 0 ]; then
+  echo "installing ${netns_packages[*]} for the namespace host"
+  # The tests start their own sshd: keep the package from starting one on port 22.
+  no_start=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    no_start=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' >"$no_start" && chmod +x "$no_start"
+  fi
+  if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+           "${netns_packages[@]}" >/dev/null; }; then
+    echo "could not install ${netns_packages[*]}: tests/e2e/test_two_hosts.py will say so" >&2
+  fi
+  [ -z "$no_start" ] || rm -f "$no_start"
+fi
+
 if bash .ci/docker-up.sh; then
   bash .ci/build-images.sh
   echo "docker engine and images ready after $(( $(date +%s) - started )) s"

@@ -1,71 +1,43 @@
-"""Two Docker hosts on one machine: two engines with their own sockets and data roots, sim mode,
-one gateway over both. Host networking is shared here, so the hosts get distinct port bases."""
+"""Two Docker hosts under the real Pulumi engine, in sim mode: host-a is this machine's engine
+(unix socket), host-b a network namespace with its own engine and sshd, reached as
+`ssh://root@ADDRESS` (tests/e2e/netns_host.py). One gateway, on host-a, serves from both.
+
+The namespace shares this machine's files, so the two hosts have one model dir: their ports
+differ to keep their PaddleX logs apart. Traffic goes to loopback and the namespace only.
+"""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
 import subprocess
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
 
-from components.plan import build_plan
+from components.plan import FleetPlan, HostPlan, build_plan
 from components.settings import load_settings
 from tests.e2e.conftest import SIM_IMAGES, _unavailable
-from tests.e2e.engine import StandInEngine, temp_model_dir
-from tests.e2e.test_fleet_on_docker import png_bytes, vllm_port_named_in
-from tests.pulumi_harness import REPO, record_stack
+from tests.e2e.netns_host import HostUnavailable, NetnsHost, netns_host, unavailable
+from tests.e2e.pulumi_stack import PulumiStack, Step
+from tests.e2e.test_fleet_on_docker import png_bytes, temp_model_dir, vllm_port_named_in
 
 pytestmark = pytest.mark.docker
 
 ENGINE_A = "unix:///var/run/docker.sock"
-ENGINE_B = "unix:///var/run/docker-b.sock"
+ROLE_LABEL, HOST_LABEL = "paddleocr-fleet.role", "paddleocr-fleet.host"
+STACK = "two-hosts"
+HOSTS = ("host-a", "host-b")
 
 
-def _docker(endpoint: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["docker", *args],
-        env={"PATH": "/usr/bin:/bin:/usr/local/bin", "DOCKER_HOST": endpoint},
-        capture_output=True,
-        text=True,
-        check=False,
-        **kwargs,
-    )
-
-
-def _image_id(endpoint: str, image: str) -> str:
-    return _docker(endpoint, "image", "inspect", "-f", "{{.Id}}", image).stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def second_engine(docker_engine) -> str:
-    started = subprocess.run(
-        [
-            "bash",
-            str(REPO / ".ci/docker-up.sh"),
-            "--socket",
-            ENGINE_B.removeprefix("unix://"),
-            "--data-root",
-            "/var/lib/docker-b",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if started.returncode != 0:
-        _unavailable(f"a second Docker engine could not start: {started.stderr[-500:]}")
-    missing = [i for i in SIM_IMAGES[:2] if _image_id(ENGINE_A, i) != _image_id(ENGINE_B, i)]
-    if missing:
-        saved = subprocess.Popen(["docker", "save", *missing], stdout=subprocess.PIPE)
-        loaded = _docker(ENGINE_B, "load", stdin=saved.stdout)
-        saved.wait()
-        assert loaded.returncode == 0, loaded.stderr
-    return ENGINE_B
-
-
-def two_host_config(model_dir: str) -> dict[str, str]:
+def two_host_config(model_dir: str, host_b: NetnsHost) -> dict[str, str]:
     hosts = [
         {
             "name": "host-a",
@@ -76,7 +48,8 @@ def two_host_config(model_dir: str) -> dict[str, str]:
         },
         {
             "name": "host-b",
-            "endpoint": ENGINE_B,
+            "endpoint": host_b.endpoint,
+            "address": host_b.address,
             "cards": 1,
             "vllmBasePort": 29525,
             "paddlexBasePort": 29620,
@@ -89,42 +62,171 @@ def two_host_config(model_dir: str) -> dict[str, str]:
         "paddlexPerVllm": "2",
         "modelDir": model_dir,
         "gatewayPort": "29101",
+        "gatewayContainerName": "paddleocr-fleet-gateway-two-hosts",
         "gatewayImage": "paddleocr-fleet/gateway:latest",
+        "allowOpenAccess": "true",  # a test gateway: no tokens
         "vllmReadyTimeout": "180",
         "paddlexReadyTimeout": "180",
         "readyPollInterval": "1",
     }
 
 
+@dataclass
+class TwoHosts:
+    stack: PulumiStack
+    host_b: NetnsHost
+    plan: FleetPlan
+    model_dir: Path
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def docker(self, host: HostPlan | str, *args: str) -> subprocess.CompletedProcess[str]:
+        """The docker CLI through `host`'s own endpoint (host-b: ssh)."""
+        name = host if isinstance(host, str) else host.name
+        if name == "host-b":
+            return self.host_b.docker(*args)
+        env = {k: v for k, v in os.environ.items() if k != "DOCKER_CONTEXT"}
+        return subprocess.run(
+            ["docker", *args],
+            env={**env, "DOCKER_HOST": ENGINE_A},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def containers(self, host: str) -> dict[str, str]:
+        """Name -> host label of this stack's containers on `host`'s engine, running or not
+        (host-a's engine may hold other stacks' containers: their host is not ours)."""
+        listed = self.docker(
+            host,
+            "ps",
+            "-a",
+            "--filter",
+            f"label={ROLE_LABEL}",
+            "--format",
+            f'{{{{.Names}}}} {{{{.Label "{HOST_LABEL}"}}}}',
+        )
+        assert listed.returncode == 0, listed.stderr
+        found = dict(line.split() for line in listed.stdout.splitlines())
+        return {name: label for name, label in found.items() if label in HOSTS}
+
+    def timed(self, label: str, run: Callable[[], list[Step]]) -> list[Step]:
+        started = time.monotonic()
+        steps = run()
+        self.seconds[label] = round(time.monotonic() - started, 1)
+        return steps
+
+
 @pytest.fixture(scope="module")
-def fleet(second_engine):
-    config = two_host_config(temp_model_dir())
-    plan = build_plan(load_settings(config))
-    engine = StandInEngine(record_stack(config))
-    engine.destroy()
+def host_b(docker_engine) -> Iterator[NetnsHost]:
+    reason = unavailable()
+    if reason:
+        _unavailable(f"no namespace host: {reason}")
     try:
-        engine.apply()
-        yield plan, engine
+        with netns_host(images=SIM_IMAGES[:2]) as host:
+            yield host
+    except HostUnavailable as exc:
+        _unavailable(f"no namespace host: {exc}")
+
+
+@pytest.fixture(scope="module")
+def fleet(host_b, tmp_path_factory) -> Iterator[TwoHosts]:
+    model_dir = temp_model_dir()
+    try:
+        config = two_host_config(model_dir, host_b)
+        stack = PulumiStack.create(tmp_path_factory.mktemp(STACK), STACK, config)
+        stack.prepend_path(host_b.bin_dir)
+        fleet = TwoHosts(stack, host_b, build_plan(load_settings(config)), Path(model_dir))
+        _remove_containers(fleet, "host-a")  # leftovers of an interrupted run
+        try:
+            fleet.timed("up", stack.up)
+            yield fleet
+        finally:
+            if stack.state():
+                stack.run(["destroy", "--stack", STACK, "--yes", "--non-interactive"], check=False)
+            _remove_containers(fleet, "host-a")
+            print(
+                f"\ntwo hosts: seconds {fleet.seconds}; host-b: {len(host_b.ssh_calls())} ssh "
+                f"calls over {host_b.accepted_logins()} ssh connections"
+            )
     finally:
-        engine.destroy()
+        shutil.rmtree(model_dir, ignore_errors=True)
 
 
-def _names(endpoint: str) -> set[str]:
-    return set(_docker(endpoint, "ps", "--format", "{{.Names}}").stdout.split())
+def _remove_containers(fleet: TwoHosts, host: str) -> None:
+    """Remove what a run left of `host`'s containers (host-b's go with its namespace)."""
+    names = [name for name, label in fleet.containers(host).items() if label == host]
+    if names:
+        fleet.docker(host, "rm", "-f", *names)
 
 
 def test_each_hosts_containers_run_on_its_own_engine(fleet):
-    plan, _ = fleet
-    on_a, on_b = _names(ENGINE_A), _names(ENGINE_B)
-    for instance in (*plan.vllm, *plan.paddlex):
-        expected, other = (on_a, on_b) if instance.host.name == "host-a" else (on_b, on_a)
-        assert instance.container_name in expected
-        assert instance.container_name not in other
-    assert plan.gateway.container_name in on_a and plan.gateway.container_name not in on_b
+    plan = fleet.plan
+    on_a, on_b = fleet.containers("host-a"), fleet.containers("host-b")
+    expected = {
+        host: {i.container_name for i in (*plan.vllm, *plan.paddlex) if i.host.name == host}
+        for host in HOSTS
+    }
+    expected["host-a"].add(plan.gateway.container_name)
+    assert on_a == dict.fromkeys(expected["host-a"], "host-a")
+    assert on_b == dict.fromkeys(expected["host-b"], "host-b")
+    running = fleet.docker("host-b", "ps", "--format", "{{.Names}}").stdout.split()
+    assert sorted(running) == sorted(expected["host-b"])
+    topology = fleet.stack.outputs()["topology"]
+    assert [h["docker_host"] for h in topology["hosts"]] == [ENGINE_A, fleet.host_b.endpoint]
 
 
-def test_one_gateway_serves_from_both_hosts_each_answer_from_its_bound_vllm(fleet):
-    plan, _ = fleet
+def test_host_b_serves_in_its_namespace_not_on_this_machines_loopback(fleet):
+    vllm = next(v for v in fleet.plan.vllm if v.host.name == "host-b")
+    answer = httpx.get(f"{vllm.url}/v1/models", timeout=10)
+    assert answer.status_code == 200 and vllm.url.startswith(f"http://{fleet.host_b.address}:")
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{vllm.port}/v1/models", timeout=5)
+
+
+def test_host_b_start_commands_and_readiness_waits_went_through_ssh(fleet):
+    host_b, plan = fleet.host_b, fleet.plan
+    calls = host_b.ssh_calls()
+    assert all(
+        call.args.endswith(f"{host_b.address} docker system dial-stdio") for call in calls
+    ), calls[:3]
+
+    def ran(prefix: str, *parts: str) -> int:
+        """How many docker commands like this one went through ssh (one may make several
+        ssh calls)."""
+        return len(
+            {
+                call.caller_pid
+                for call in calls
+                if call.caller.startswith(prefix) and all(p in call.caller for p in parts)
+            }
+        )
+
+    for paddlex in (p for p in plan.paddlex if p.host.name == "host-b"):
+        name = paddlex.container_name
+        assert ran(f"docker exec -d {name} bash {paddlex.service_script_path}") == 1, name
+        assert ran(f"docker exec -u 0 {name} sh -c", paddlex.service_script_path) == 1, name
+        assert ran(f"docker exec {name} python3 -c", f"{paddlex.local_url}/health") >= 1, name
+    for vllm in (v for v in plan.vllm if v.host.name == "host-b"):
+        name = vllm.container_name
+        assert ran(f"docker exec {name} python3 -c", f"{vllm.local_url}/v1/models") >= 1, name
+    assert ran("docker system dial-stdio") >= 1, "the docker provider of host-b used no ssh"
+    on_a = [i.container_name for i in (*plan.vllm, *plan.paddlex) if i.host.name == "host-a"]
+    on_a.append(plan.gateway.container_name)
+    assert not [c for c in calls if any(name in c.caller.split() for name in on_a)]
+    logins = host_b.accepted_logins()
+    sshd_log = host_b.sshd_log.read_text()
+    assert f"Accepted publickey for root from {host_b.peer_address}" in sshd_log
+    assert 1 <= logins < len(calls) / 2, f"{logins} ssh connections for {len(calls)} calls"
+
+
+def test_a_preview_after_up_expects_no_changes(fleet):
+    fleet.timed("preview", lambda: fleet.stack.preview("--expect-no-changes"))
+
+
+def test_the_gateway_on_host_a_serves_from_both_hosts_each_from_its_bound_vllm(fleet):
+    plan = fleet.plan
+    assert plan.gateway.host.name == "host-a"
     binding = {p.url: p.vllm.port for p in plan.paddlex}
     upstreams = httpx.get(f"{plan.gateway.url}/upstreams", timeout=10).json()["upstreams"]
     assert {(u["url"], u["host"]) for u in upstreams} == {
@@ -146,18 +248,25 @@ def test_one_gateway_serves_from_both_hosts_each_answer_from_its_bound_vllm(flee
 
 
 def test_paddlex_logs_land_in_each_hosts_model_dir(fleet):
-    plan, _ = fleet
-    for paddlex in plan.paddlex:
-        endpoint = ENGINE_A if paddlex.host.name == "host-a" else ENGINE_B
-        log = _docker(endpoint, "exec", paddlex.container_name, "cat", paddlex.log_path)
-        assert log.returncode == 0 and log.stdout, f"{paddlex.container_name}: {log.stderr}"
+    for paddlex in fleet.plan.paddlex:
+        on_disk = fleet.model_dir / paddlex.log_path.removeprefix("/data/")
+        assert on_disk.is_file() and on_disk.stat().st_size > 0, on_disk
+        seen = fleet.docker(paddlex.host, "exec", paddlex.container_name, "cat", paddlex.log_path)
+        assert seen.returncode == 0, f"{paddlex.container_name}: {seen.stderr}"
+        assert on_disk.read_text().startswith(seen.stdout[:200]) and seen.stdout
 
 
-def test_teardown_leaves_no_container_on_either_engine(fleet):
-    plan, engine = fleet
-    assert engine.destroy() == []
-    names = {i.container_name for i in (*plan.vllm, *plan.paddlex)} | {plan.gateway.container_name}
-    assert names.isdisjoint(_names(ENGINE_A) | _names(ENGINE_B))
-    for endpoint in (ENGINE_A, ENGINE_B):
-        left = _docker(endpoint, "ps", "-aq", "--filter", "label=paddleocr-fleet.role").stdout
-        assert left.split() == []
+def test_destroy_leaves_no_labelled_container_on_either_engine(fleet):
+    destroy_started = time.time()
+    steps = fleet.timed("destroy", fleet.stack.destroy)
+    assert {s.op for s in steps if s.type.startswith(("docker:", "command:"))} == {"delete"}
+    assert fleet.containers("host-a") == {}
+    assert fleet.containers("host-b") == {}
+    stopped = [
+        call.caller
+        for call in fleet.host_b.ssh_calls()
+        if call.time >= destroy_started and call.caller.startswith("docker exec ")
+    ]
+    for paddlex in (p for p in fleet.plan.paddlex if p.host.name == "host-b"):
+        stop = f"docker exec {paddlex.container_name} bash -c rm -f {paddlex.service_script_path}"
+        assert any(c.startswith(stop) for c in stopped), paddlex.container_name
