@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import pulumi
 import pulumi_docker as docker
@@ -12,7 +13,7 @@ from components import render
 from components.access import check_access
 from components.card import NpuCard, NpuCardArgs
 from components.gateway import Gateway, GatewayArgs
-from components.plan import FleetPlan, HostPlan
+from components.plan import FleetPlan, HostPlan, port_clashes, topology_ports
 from components.settings import ConfigError, FleetSettings, load_settings
 
 
@@ -49,8 +50,9 @@ class Fleet:
     def __init__(self, settings: FleetSettings, plan: FleetPlan):
         self.settings, self.plan = settings, plan
         self.providers = {host.name: _provider(host) for host in plan.hosts}
+        guard = port_guard(plan)
         self.images = {
-            host.name: HostImages(settings, host, self.providers[host.name])
+            host.name: HostImages(settings, host, self.providers[host.name], guard)
             for host in plan.hosts
             if plan.cards_of(host.name)
         }
@@ -82,6 +84,7 @@ class Fleet:
                 ],
                 image=settings.gateway_image,
                 provider=self.providers[plan.gateway.host.name],
+                guard=guard,
             ),
             _former_names(plan.gateway.host, "-gateway"),
         )
@@ -102,19 +105,29 @@ class HostImages:
 
     PULL_TIMEOUT = "3h"
 
-    def __init__(self, settings: FleetSettings, host: HostPlan, provider: docker.Provider):
+    def __init__(
+        self,
+        settings: FleetSettings,
+        host: HostPlan,
+        provider: docker.Provider,
+        guard: pulumi.Output[str],
+    ):
         kind = host.kind
-        self.vllm = self._image(host, "vllm", settings.vllm_image or kind.vllm_image, provider)
-        self.paddlex = self._image(
-            host, "paddlex", settings.paddlex_image or kind.paddlex_image, provider
-        )
+        vllm, paddlex = settings.vllm_image or kind.vllm_image, settings.paddlex_image
+        self.vllm = self._image(host, "vllm", vllm, provider, guard)
+        self.paddlex = self._image(host, "paddlex", paddlex or kind.paddlex_image, provider, guard)
 
     def _image(
-        self, host: HostPlan, role: str, name: str, provider: docker.Provider
+        self,
+        host: HostPlan,
+        role: str,
+        name: str,
+        provider: docker.Provider,
+        guard: pulumi.Output[str],
     ) -> docker.RemoteImage:
         return docker.RemoteImage(
             f"{host.name}-{role}-image",
-            name=name,
+            name=guard.apply(lambda _: name),
             keep_locally=True,
             platform=host.platform,
             opts=pulumi.ResourceOptions(
@@ -125,6 +138,29 @@ class HostImages:
                 aliases=[pulumi.Alias(name=f"{old}-{role}-image") for old in host.former_names],
             ),
         )
+
+
+def port_guard(plan: FleetPlan) -> pulumi.Output[str]:
+    """Resolves once the plan is known not to move a server onto a port another running server
+    holds (read from this stack's own last `topology` output); fails the update otherwise. Every
+    image, and so every container, waits for it: a refused plan changes nothing."""
+    stack = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+    previous = pulumi.StackReference(f"{pulumi.get_stack()}-previous", stack_name=stack)
+
+    def check(topology: Any) -> str:
+        clashes = port_clashes(topology_ports(topology or {}), plan)
+        if clashes:
+            raise ConfigError(
+                "config keys 'vllmBasePort/paddlexBasePort/portStride/portFirstCard/"
+                f"gatewayPort': the new port plan moves servers onto ports that other running "
+                f"servers hold until they are replaced: {'; '.join(clashes[:5])}"
+                f"{' ...' if len(clashes) > 5 else ''}. Pulumi replaces servers in parallel, so "
+                "they would clash. Move in two steps, first to ports no running server holds "
+                "(e.g. other base ports), then to the ones you want; or `pulumi destroy` first."
+            )
+        return ""
+
+    return previous.get_output("topology").apply(check)
 
 
 def _provider(host: HostPlan) -> docker.Provider:

@@ -30,6 +30,8 @@ class GatewayArgs:
     image: pulumi.Input[str] | None = None
     """A prebuilt image; None builds `gateway/Dockerfile` on the gateway's host."""
     provider: pulumi.ProviderResource | None = None
+    guard: pulumi.Output[str] | None = None
+    """Resolves when the plan may be applied; the image build waits for it."""
 
 
 class Gateway(pulumi.ComponentResource):
@@ -42,7 +44,7 @@ class Gateway(pulumi.ComponentResource):
         self._cleanups: list[pulumi.Resource] = []
         image = args.image
         if image is None:
-            image = self._build(name, gateway, args.provider)
+            image = self._build(name, gateway, args.provider, args.guard)
         self.config_json = pulumi.Output.all(*args.upstreams).apply(
             lambda entries: render.gateway_config_json(settings, list(entries))
         )
@@ -85,7 +87,11 @@ class Gateway(pulumi.ComponentResource):
         self.register_outputs({"url": self.url, "config": self.config_json.apply(json.loads)})
 
     def _build(
-        self, name: str, gateway: GatewayPlan, provider: pulumi.ProviderResource | None
+        self,
+        name: str,
+        gateway: GatewayPlan,
+        provider: pulumi.ProviderResource | None,
+        guard: pulumi.Output[str] | None,
     ) -> pulumi.Output[str]:
         """Build the image on the gateway's host; the container refers to its id (`repoDigest`,
         the local image id when nothing is pushed), so a rebuilt image replaces the container.
@@ -97,7 +103,9 @@ class Gateway(pulumi.ComponentResource):
         host = gateway.host
         built = docker.Image(
             f"{name}-image",
-            image_name=f"{GATEWAY_REPOSITORY}:{pulumi.get_stack()}",
+            image_name=pulumi.Output.from_input(guard or "").apply(
+                lambda _: f"{GATEWAY_REPOSITORY}:{pulumi.get_stack()}"
+            ),
             build=docker.DockerBuildArgs(
                 context=GATEWAY_CONTEXT,
                 dockerfile=f"{GATEWAY_CONTEXT}/Dockerfile",

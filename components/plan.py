@@ -13,7 +13,9 @@ Every port, container name and binding is decided here; everything else reads th
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from components.accelerators import KINDS, AcceleratorKind
 from components.settings import ConfigError, FleetSettings, HostSettings
@@ -160,6 +162,57 @@ class FleetPlan:
 
     def vllm_endpoints(self) -> list[str]:
         return [v.url for v in self.vllm]
+
+
+Slot = tuple[str, int | None, str, int]
+"""(host, card, role, index): a server's place in the fleet, which its resource names carry."""
+
+
+def slot_ports(plan: FleetPlan) -> dict[Slot, int]:
+    ports: dict[Slot, int] = {(v.host.name, v.card, "vllm", v.index): v.port for v in plan.vllm}
+    ports.update({(p.host.name, p.card, "paddlex", p.index): p.port for p in plan.paddlex})
+    gateway = plan.gateway
+    ports[(gateway.host.name, None, "gateway", 0)] = gateway.port
+    return ports
+
+
+def topology_ports(topology: Mapping[str, Any]) -> dict[Slot, int]:
+    """The slots and ports of an earlier `topology` stack output (numbers may come back as
+    floats from the engine)."""
+    ports: dict[Slot, int] = {}
+    for host in topology.get("hosts", []):
+        for card in host.get("cards", []):
+            paddlex, number = 0, int(card["card"])
+            for index, vllm in enumerate(card.get("vllm", [])):
+                ports[(host["name"], number, "vllm", index)] = int(vllm["port"])
+                for server in vllm.get("paddlex", []):
+                    ports[(host["name"], number, "paddlex", paddlex)] = int(server["port"])
+                    paddlex += 1
+    gateway = topology.get("gateway")
+    if gateway:
+        ports[(gateway["host"], None, "gateway", 0)] = int(gateway["port"])
+    return ports
+
+
+def port_clashes(previous: Mapping[Slot, int], plan: FleetPlan) -> list[str]:
+    """Servers the plan moves onto a port that another running server holds until it is replaced.
+
+    Pulumi replaces each server on its own (the old container deleted before its successor is
+    created), in parallel, so a server may start while another one still holds its new port. A
+    port move onto a port no other running server holds is safe.
+    """
+    held = {(slot[0], port): slot for slot, port in previous.items()}
+    clashes = []
+    for slot, port in slot_ports(plan).items():
+        holder = held.get((slot[0], port))
+        if holder is not None and holder != slot and previous.get(slot) != port:
+            clashes.append(f"{_slot_name(slot)} -> {port} (held by {_slot_name(holder)})")
+    return sorted(clashes)
+
+
+def _slot_name(slot: Slot) -> str:
+    host, card, role, index = slot
+    return f"{host}-gateway" if card is None else f"{host}-card-{card}-{role}-{index}"
 
 
 def port_order(host: HostSettings) -> list[int]:

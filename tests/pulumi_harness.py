@@ -29,6 +29,7 @@ PROGRAM = REPO / "__main__.py"
 CONTAINER = "docker:index/container:Container"
 IMAGE = "docker:index/image:Image"
 REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
+STACK_REFERENCE = "pulumi:pulumi:StackReference"
 COMMAND = "command:local:Command"
 PROVIDER = "pulumi:providers:docker"
 
@@ -71,11 +72,14 @@ class _Mocks(pulumi.runtime.Mocks):
     """Every custom resource gets a stable id and echoes its inputs; commands print `ok` (in a
     preview, like the engine, their output is not known yet)."""
 
-    def __init__(self, preview: bool):
+    def __init__(self, preview: bool, previous_outputs: dict[str, Any] | None = None):
         self.preview = preview
+        self.previous_outputs = previous_outputs or {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         state = dict(args.inputs)
+        if args.typ == STACK_REFERENCE:
+            return f"{args.name}-id", {**state, "outputs": self.previous_outputs}
         if args.typ == COMMAND and not self.preview:
             state.setdefault("stdout", "ok")
             state.setdefault("stderr", "")
@@ -123,13 +127,15 @@ def record_stack(
     preview: bool = False,
     recording: Recording | None = None,
     secrets: dict[str, str] | None = None,
+    previous_outputs: dict[str, Any] | None = None,
 ) -> Recording:
     """Run `__main__.py` with `config` (keys without the project prefix) and record it.
 
     `secrets` are config values the stack holds as Pulumi secrets. A config that names no token
     (and says nothing of `allowOpenAccess`) gets `allowOpenAccess: true`, so tests about other
     things need not configure access. Pass `recording` to see what was registered even when the
-    program raises.
+    program raises. `previous_outputs` are the stack's outputs of its last update (what the
+    program reads through its reference to itself).
     """
     secrets = secrets or {}
     config = dict(config)
@@ -144,7 +150,7 @@ def record_stack(
         {f"{PROJECT}:{k}": v for k, v in config.items()},
         [f"{PROJECT}:{k}" for k in secrets],
     )
-    mocks = _Mocks(preview)
+    mocks = _Mocks(preview, previous_outputs)
     pulumi_mocks.set_mocks(
         mocks,
         project=PROJECT,

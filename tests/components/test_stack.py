@@ -353,3 +353,30 @@ def test_an_exported_docker_context_is_refused_before_anything_is_registered(mon
     assert recording.resources == []
     monkeypatch.setenv("DOCKER_CONTEXT", "default")
     assert record_stack({"cards": "1"}).resources
+
+
+def _previous_topology(config: dict[str, str]) -> dict:
+    settings = load_settings(config)
+    return {"topology": render.topology(settings, build_plan(settings))}
+
+
+def test_a_port_plan_moving_servers_onto_held_ports_is_refused_and_creates_nothing():
+    previous = _previous_topology({"cards": "2"})
+    recording = Recording()
+    # Raised inside an apply, so the SDK reports it wrapped, as the CLI shows it.
+    with pytest.raises(Exception, match="moves servers onto ports that other running") as error:
+        record_stack(
+            {"cards": "2", "portStride": "2"}, previous_outputs=previous, recording=recording
+        )
+    assert "local-card-0-paddlex-5 -> 9130 (held by local-card-0-paddlex-1)" in str(error.value)
+    assert recording.of_type(CONTAINER) == [] and recording.of_type(IMAGE) == []
+
+
+def test_a_port_plan_moving_servers_to_free_ports_is_applied():
+    previous = _previous_topology({"cards": "2"})
+    moved = {"cards": "2", "vllmBasePort": "10025", "paddlexBasePort": "10120"}
+    recording = record_stack(moved, previous_outputs=previous)
+    names = {r.inputs["name"] for r in recording.of_type(CONTAINER)}
+    assert "vllm-ascend-paddleocr-10025-npu-0" in names and "paddle-10120-npu-0" in names
+    # The same slots, so each container is replaced in place (deleted before its successor).
+    assert recording.named("local-card-0-vllm-0").inputs["name"].endswith("10025-npu-0")

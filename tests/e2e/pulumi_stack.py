@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -131,15 +132,24 @@ class PulumiStack:
         self, args: Iterable[Any], timeout: float = 1800, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         argv = [str(self.cli), *map(str, args)]
-        done = subprocess.run(
+        # A session of its own: an interrupted test ends the CLI and every plugin it started.
+        process = subprocess.Popen(
             argv,
             cwd=self.project,
             env=self.env,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
+            start_new_session=True,
         )
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except BaseException:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
+        done = subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
         if check and done.returncode != 0:
             raise PulumiError(
                 f"`pulumi {' '.join(argv[1:])}` exited {done.returncode}:\n"
