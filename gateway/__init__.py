@@ -6,16 +6,29 @@ Usage::
 
     from gateway import create_app, load_settings
     app = create_app(load_settings("config.json"))
+
+The names below are imported on first use, so that a PDF worker process
+(``python -m gateway.workers``) does not import the web application.
 """
 
-from gateway.app import create_app
-from gateway.settings import POLICY_NAMES, ConfigError, Settings, load_settings, parse_settings
+from __future__ import annotations
 
-__all__ = [
-    "POLICY_NAMES",
-    "ConfigError",
-    "Settings",
-    "create_app",
-    "load_settings",
-    "parse_settings",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "create_app": "gateway.app",
+    "POLICY_NAMES": "gateway.settings",
+    "ConfigError": "gateway.settings",
+    "Settings": "gateway.settings",
+    "load_settings": "gateway.settings",
+    "parse_settings": "gateway.settings",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'gateway' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

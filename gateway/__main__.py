@@ -14,6 +14,7 @@ import sys
 import uvicorn
 
 from gateway.app import create_app
+from gateway.connections import uvicorn_options
 from gateway.settings import ConfigError
 
 
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("httpx", "httpcore"):  # httpx logs every upstream call at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # the gateway's own access log (gateway.middleware) names the caller's token
+    logging.getLogger("gateway.access").disabled = args.no_access_log
     try:
         app = create_app(args.config)
     except ConfigError as exc:
@@ -46,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         host=args.host,
         port=args.port,
         log_level=args.log_level.lower(),
-        access_log=not args.no_access_log,
-        timeout_keep_alive=75,
+        access_log=False,
+        **uvicorn_options(app.state.runtime),
     )
     return 0
 

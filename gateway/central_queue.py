@@ -1,14 +1,21 @@
-"""The central FIFO queue of ``queue`` mode: requests wait here until an upstream is free.
+"""The central queue of ``queue`` mode: requests wait here until an upstream is free.
 
 Pure asyncio state on the event loop thread. The pool decides when a request must wait and
-which upstreams are free; the queue keeps the waiters in order (retries at the front), hands
-free upstreams to them, and refuses with :class:`QueueFull` or :class:`QueueTimeout`.
+which upstreams are free; the queue keeps the waiters, hands free upstreams to them, and
+refuses with :class:`QueueFull` or :class:`QueueTimeout`.
+
+Fair among tenants (bearer tokens): retries go first, in order; then each tenant with work
+waiting gets a turn in rotation, FIFO within the tenant, so one team's flood does not starve
+another's single document. When the queue is full, a newcomer whose tenant waits with fewer
+requests than the tenant with the most takes the place of that tenant's newest waiter (which
+gets :class:`QueueFull`): a flood cannot fill the queue against everyone else.
 
 Usage::
 
     queue = CentralQueue(metrics, clock=time.monotonic, retry_after=pool.retry_after)
     lease = await queue.wait(
-        frozenset(tried), 30.0, retry=False, max_depth=100, abandon=pool_release_cancelled
+        frozenset(tried), 30.0, retry=False, max_depth=100, abandon=pool_release_cancelled,
+        tenant="team-a",
     )
     queue.dispatch(free_upstreams, limit=4, choose=pick_one, lease=make_lease)  # on release
 """
@@ -42,10 +49,13 @@ class _Waiter:
     future: asyncio.Future[Lease]
     exclude: frozenset[str]
     enqueued: float
+    tenant: str | None = None
+    retry: bool = False
 
 
 class CentralQueue:
-    """Waiting requests in FIFO order; ``retry_after`` tells refused callers when to retry."""
+    """Waiting requests, fair among tenants; ``retry_after`` tells refused callers when to
+    retry."""
 
     def __init__(
         self,
@@ -57,10 +67,57 @@ class CentralQueue:
         self.metrics = metrics
         self._clock = clock
         self._retry_after = retry_after
-        self._waiters: deque[_Waiter] = deque()
+        self._retries: deque[_Waiter] = deque()
+        self._tenants: dict[str | None, deque[_Waiter]] = {}  # in turn order (rotated)
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._waiters)
+        return self._count
+
+    def waiting(self) -> dict[str | None, int]:
+        """First attempts waiting per tenant (retries not included)."""
+        return {tenant: len(waiters) for tenant, waiters in self._tenants.items()}
+
+    def _add(self, waiter: _Waiter) -> None:
+        if waiter.retry:
+            self._retries.appendleft(waiter)
+        else:
+            self._tenants.setdefault(waiter.tenant, deque()).append(waiter)
+        self._count += 1
+
+    def _remove(self, waiter: _Waiter) -> None:
+        line = self._retries if waiter.retry else self._tenants.get(waiter.tenant)
+        if line is None:
+            return
+        with contextlib.suppress(ValueError):
+            line.remove(waiter)
+            self._count -= 1
+        if not waiter.retry and not line:
+            del self._tenants[waiter.tenant]
+
+    def _make_room(self, tenant: str | None, max_depth: int) -> bool:
+        """Whether a newcomer of ``tenant`` may wait in a full queue: it may when another
+        tenant waits with more requests; that tenant's newest waiter is refused."""
+        mine = len(self._tenants.get(tenant, ()))
+        largest = max(self._tenants, key=lambda t: len(self._tenants[t]), default=None)
+        if largest is None or largest == tenant or len(self._tenants[largest]) <= mine + 1:
+            return False
+        line = self._tenants[largest]
+        victim = next((w for w in reversed(line) if not w.future.done()), None)
+        if victim is None:
+            return False
+        line.remove(victim)
+        self._count -= 1
+        self._reject("full")
+        victim.future.set_exception(
+            QueueFull(
+                f"central queue is full ({self._count + 1} waiting, "
+                f"load_balance.queue_max_depth={max_depth}); this token's newest request gave "
+                "way to another token's",
+                self._retry_after(),
+            )
+        )
+        return True
 
     async def wait(
         self,
@@ -70,26 +127,24 @@ class CentralQueue:
         retry: bool,
         max_depth: int,
         abandon: Callable[[Lease], None],
+        tenant: str | None = None,
     ) -> Lease:
         """Wait up to ``timeout`` seconds for :meth:`dispatch` to lease an upstream not in
         ``exclude``.
 
-        A retry goes to the front and is never refused for depth. A lease handed out just as
-        the caller was cancelled goes back through ``abandon``.
+        A retry goes before every first attempt and is never refused for depth. A lease
+        handed out just as the caller was cancelled goes back through ``abandon``.
         """
-        if not retry and len(self._waiters) >= max_depth:
+        if not retry and self._count >= max_depth and not self._make_room(tenant, max_depth):
             self._reject("full")
             raise QueueFull(
-                f"central queue is full ({len(self._waiters)} waiting, "
+                f"central queue is full ({self._count} waiting, "
                 f"load_balance.queue_max_depth={max_depth})",
                 self._retry_after(),
             )
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(loop.create_future(), exclude, self._clock())
-        if retry:
-            self._waiters.appendleft(waiter)
-        else:
-            self._waiters.append(waiter)
+        waiter = _Waiter(loop.create_future(), exclude, self._clock(), tenant, retry)
+        self._add(waiter)
         try:
             async with asyncio.timeout(timeout):
                 return await waiter.future
@@ -99,19 +154,20 @@ class CentralQueue:
             self._reject("timeout")
             raise QueueTimeout(
                 f"no upstream became free within {timeout:.1f}s "
-                f"({len(self._waiters)} waiting in the central queue)",
+                f"({self._count} waiting in the central queue)",
                 self._retry_after(),
             ) from None
+        except QueueFull:
+            raise  # gave way to another tenant (see _make_room)
         except BaseException:
-            if waiter.future.done() and not waiter.future.cancelled():
+            if _leased(waiter):
                 abandon(waiter.future.result())
             raise
         finally:
             if not waiter.future.done():
                 waiter.future.cancel()
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
-            if self.metrics is not None and waiter.future.done() and not waiter.future.cancelled():
+            self._remove(waiter)
+            if self.metrics is not None and _leased(waiter):
                 self.metrics.queue_wait.observe(self._clock() - waiter.enqueued)
 
     def dispatch(
@@ -123,23 +179,49 @@ class CentralQueue:
     ) -> None:
         """Hand the ``free`` upstreams (fewer than ``limit`` in flight) to waiters in order.
 
-        ``lease(upstream, queued_s)`` takes the lease that the waiter receives.
+        ``lease(upstream, queued_s)`` takes the lease that the waiter receives. Retries first,
+        in order; then one waiter per tenant in turn, and a tenant served goes to the back.
         """
-        remaining: deque[_Waiter] = deque()
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if waiter.future.done():
-                continue
-            options = [u for u in free if u.url not in waiter.exclude]
-            if not options:
-                remaining.append(waiter)
-                continue
-            chosen = choose(options)
-            waiter.future.set_result(lease(chosen, self._clock() - waiter.enqueued))
-            if chosen.in_flight >= limit:
-                free.remove(chosen)
-        self._waiters = remaining
+
+        def serve(line: deque[_Waiter]) -> bool:
+            """Lease to the first waiter of ``line`` that can use a free upstream."""
+            for waiter in line:
+                if waiter.future.done():
+                    continue
+                options = [u for u in free if u.url not in waiter.exclude]
+                if not options:
+                    continue
+                chosen = choose(options)
+                waiter.future.set_result(lease(chosen, self._clock() - waiter.enqueued))
+                line.remove(waiter)
+                self._count -= 1
+                if chosen.in_flight >= limit:
+                    free.remove(chosen)
+                return True
+            return False
+
+        while free and serve(self._retries):
+            pass
+        while free and self._tenants:
+            served = False
+            for tenant in list(self._tenants):
+                if not free:
+                    break
+                line = self._tenants[tenant]
+                if serve(line):
+                    served = True
+                    del self._tenants[tenant]
+                    if line:
+                        self._tenants[tenant] = line  # to the back of the rotation
+            if not served:
+                break
 
     def _reject(self, reason: str) -> None:
         if self.metrics is not None:
             self.metrics.queue_rejected.labels(reason=reason).inc()
+
+
+def _leased(waiter: _Waiter) -> bool:
+    return (
+        waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None
+    )

@@ -1,14 +1,17 @@
-"""Caller input: decode, validate and type-sniff the document bytes.
+"""Where a caller's document comes from: base64, a data URL, a local path or a URL fetch.
 
-Everything here raises :class:`InputError` (an HTTP status, a machine code and a message that
-says what is wrong); the app turns it into the JSON error body.
+Everything here raises :class:`~gateway.inputs.InputError` (an HTTP status, a machine code and
+a message that says what is wrong); the app turns it into the JSON error body. What a document
+is and the bounds it must meet live in :mod:`gateway.inputs`; URL fetches go through
+:mod:`gateway.urlguard` (no loopback, private, link-local ... destinations, every redirect hop
+checked, nothing fetched echoed back in an error).
 
 Usage::
 
-    doc = await resolve_input(OcrInput(base64=b64), settings.input, client)
+    doc = await resolve_input({"base64": b64}, settings.input, fetch_client, guard, inspector)
     doc.kind        # "pdf" | "image"
     doc.file_type   # 0 for PDF, 1 for images (PaddleX fileType)
-    doc.pages       # real page count of a PDF (pypdf), 1 for an image, None if unknown
+    doc.pages       # real page count of a PDF, 1 for an image
 """
 
 from __future__ import annotations
@@ -16,105 +19,42 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import io
 import logging
 import urllib.parse
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from gateway.inputs import Document, DocumentInspector, InputError, make_document, sniff_type
 from gateway.settings import InputSettings
+from gateway.urlguard import UrlGuard, UrlRefused
 
 log = logging.getLogger("gateway.documents")
 
 SOURCE_FIELDS: tuple[str, ...] = ("base64", "url", "data_url", "local_path")
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+__all__ = [
+    "SOURCE_FIELDS",
+    "Document",
+    "InputError",
+    "decode_base64",
+    "decode_data_url",
+    "fetch_url",
+    "make_document",
+    "make_document_async",
+    "resolve_input",
+    "resolve_local_path",
+    "sniff_type",
+]
 
 
-class InputError(Exception):
-    """A problem with what the caller sent; carries the HTTP status to answer with."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Document:
-    """A validated document ready to send to PaddleX."""
-
-    data: bytes
-    kind: str  # "pdf" or "image"
-    mime: str
-    pages: int | None  # real page count (PDF via pypdf), 1 for an image, None if unknown
-
-    @property
-    def file_type(self) -> int:
-        """PaddleX ``fileType``: 0 for PDF, 1 for images."""
-        return 0 if self.kind == "pdf" else 1
-
-    def b64(self) -> str:
-        """Raw standard base64 (no ``data:`` prefix), as PaddleX expects."""
-        return base64.b64encode(self.data).decode("ascii")
-
-
-def sniff_type(data: bytes) -> tuple[str, str] | None:
-    """Return ``(kind, mime)`` from magic bytes, or None for an unsupported type."""
-    head = data[:16]
-    if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image", "image/png"
-    if head.startswith(b"\xff\xd8\xff"):
-        return "image", "image/jpeg"
-    if head.startswith(b"BM") and len(data) >= 26:
-        return "image", "image/bmp"
-    if head.startswith((b"II*\x00", b"MM\x00*")):
-        return "image", "image/tiff"
-    if head.startswith(b"RIFF") and data[8:12] == b"WEBP":
-        return "image", "image/webp"
-    # PDF readers accept the header anywhere in the first KiB
-    if b"%PDF-" in data[:1024]:
-        return "pdf", "application/pdf"
-    return None
-
-
-def count_pdf_pages(data: bytes) -> int | None:
-    """Real page count of a PDF with pypdf, or None when pypdf cannot read it."""
-    try:
-        from pypdf import PdfReader
-
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            reader.decrypt("")
-        return len(reader.pages)
-    except Exception as exc:  # pypdf raises many types on damaged files
-        log.warning("cannot count PDF pages (%s): %s", type(exc).__name__, exc)
-        return None
-
-
-def make_document(data: bytes) -> Document:
-    """Validate raw bytes: non-empty, a supported type; count PDF pages."""
-    if not data:
-        raise InputError(400, "empty_file", "the document is empty (0 bytes)")
-    sniffed = sniff_type(data)
-    if sniffed is None:
-        raise InputError(
-            415,
-            "unsupported_type",
-            "unsupported document type: expected a PDF or a PNG, JPEG, BMP, TIFF or WebP image "
-            f"(first bytes {data[:8]!r})",
-        )
-    kind, mime = sniffed
-    pages = count_pdf_pages(data) if kind == "pdf" else 1
-    return Document(data=data, kind=kind, mime=mime, pages=pages)
-
-
-async def make_document_async(data: bytes) -> Document:
-    """:func:`make_document`, counting PDF pages in a worker thread (pypdf is CPU-bound)."""
+async def make_document_async(data: bytes, limits: InputSettings | None = None) -> Document:
+    """:func:`~gateway.inputs.make_document` in a worker thread (pypdf is CPU-bound); the
+    gateway itself uses :class:`~gateway.inputs.DocumentInspector` (killable processes)."""
     if sniff_type(data) == ("pdf", "application/pdf"):
-        return await asyncio.to_thread(make_document, data)
-    return make_document(data)
+        return await asyncio.to_thread(make_document, data, limits)
+    return make_document(data, limits)
 
 
 def decode_base64(value: str, field: str = "base64") -> bytes:
@@ -193,23 +133,64 @@ def read_local_path(value: str, settings: InputSettings) -> bytes:
         raise InputError(403, "local_path_unreadable", f"local_path: cannot read: {exc}") from None
 
 
-async def fetch_url(value: str, settings: InputSettings, client: httpx.AsyncClient) -> bytes:
-    """Download ``url`` (http/https only) with a timeout and a size cap."""
+def _shown(url: str) -> str:
+    return url if len(url) <= 200 else url[:200] + "..."
+
+
+async def fetch_url(
+    value: str, settings: InputSettings, client: httpx.AsyncClient, guard: UrlGuard | None = None
+) -> bytes:
+    """Download ``url`` through the guard: http/https only, every hop checked (at most
+    ``url_max_redirects``), ``url_timeout_s`` for the whole fetch, ``url_max_bytes``.
+
+    ``client`` should be a :func:`gateway.urlguard.guarded_client`, whose connections are
+    checked after resolving; ``guard`` checks each URL's form and literal address first.
+    """
     if not settings.url_fetch_enabled:
         raise InputError(403, "url_disabled", "url input is disabled on this gateway")
-    parsed = urllib.parse.urlsplit(value)
-    if parsed.scheme.lower() not in ("http", "https") or not parsed.hostname:
-        raise InputError(400, "invalid_url", f"url: only http:// and https:// URLs, got {value!r}")
-    cap = settings.url_max_bytes
+    guard = guard or UrlGuard(settings.url_allow)
     try:
-        async with client.stream(
-            "GET", value, timeout=settings.url_timeout_s, follow_redirects=True
-        ) as response:
+        async with asyncio.timeout(settings.url_timeout_s):
+            return await _fetch(value, settings, client, guard)
+    except TimeoutError:
+        raise InputError(
+            400,
+            "url_fetch_failed",
+            f"url: fetching {_shown(value)} timed out after {settings.url_timeout_s:g}s",
+        ) from None
+    except UrlRefused as exc:
+        code = "url_forbidden" if exc.status == 403 else "invalid_url"
+        raise InputError(exc.status, code, f"url: {exc.reason}") from None
+    except httpx.HTTPError as exc:
+        raise InputError(
+            400, "url_fetch_failed", f"url: fetching {_shown(value)} failed: {type(exc).__name__}"
+        ) from None
+
+
+async def _fetch(
+    value: str, settings: InputSettings, client: httpx.AsyncClient, guard: UrlGuard
+) -> bytes:
+    url = value
+    cap = settings.url_max_bytes
+    for hop in range(settings.url_max_redirects + 1):
+        try:
+            target = guard.parse(url)
+        except UrlRefused as exc:
+            if hop:
+                exc.reason = f"redirect {hop} to {_shown(url)}: {exc.reason}"
+            raise
+        request = client.build_request("GET", target.url)
+        response = await client.send(request, stream=True, follow_redirects=False)
+        try:
+            location = response.headers.get("location")
+            if response.status_code in REDIRECTS and location:
+                url = urllib.parse.urljoin(target.url, location)
+                continue
             if response.status_code >= 400:
                 raise InputError(
                     400,
                     "url_fetch_failed",
-                    f"url: fetching {value} gave HTTP {response.status_code}",
+                    f"url: fetching {_shown(value)} gave HTTP {response.status_code}",
                 )
             declared = response.headers.get("content-length")
             if declared and declared.isdigit() and int(declared) > cap:
@@ -224,20 +205,21 @@ async def fetch_url(value: str, settings: InputSettings, client: httpx.AsyncClie
                     raise InputError(413, "too_large", f"url: document exceeds {cap} bytes")
                 chunks.append(chunk)
             return b"".join(chunks)
-    except httpx.TimeoutException:
-        raise InputError(
-            400,
-            "url_fetch_failed",
-            f"url: fetching {value} timed out after {settings.url_timeout_s}s",
-        ) from None
-    except httpx.HTTPError as exc:
-        raise InputError(
-            400, "url_fetch_failed", f"url: fetching {value} failed: {type(exc).__name__}: {exc}"
-        ) from None
+        finally:
+            await response.aclose()
+    raise InputError(
+        400,
+        "url_fetch_failed",
+        f"url: more than {settings.url_max_redirects} redirects (input.url_max_redirects)",
+    )
 
 
 async def resolve_input(
-    sources: dict[str, str | None], settings: InputSettings, client: httpx.AsyncClient
+    sources: dict[str, str | None],
+    settings: InputSettings,
+    client: httpx.AsyncClient,
+    guard: UrlGuard | None = None,
+    inspector: DocumentInspector | None = None,
 ) -> Document:
     """Turn the ``/ocr`` JSON sources (exactly one set) into a :class:`Document`."""
     given = [name for name in SOURCE_FIELDS if sources.get(name) is not None]
@@ -257,11 +239,13 @@ async def resolve_input(
     elif name == "data_url":
         data = decode_data_url(value)
     elif name == "url":
-        data = await fetch_url(value, settings, client)
+        data = await fetch_url(value, settings, client, guard)
     else:
         data = read_local_path(value, settings)
     if len(data) > settings.max_request_bytes:
         raise InputError(
             413, "too_large", f"document is {len(data)} bytes, limit {settings.max_request_bytes}"
         )
-    return await make_document_async(data)
+    if inspector is not None:
+        return await inspector.inspect(data, settings)
+    return await make_document_async(data, settings)

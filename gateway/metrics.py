@@ -2,7 +2,10 @@
 
 Names follow Prometheus conventions and Envoy's upstream stats:
 
-- ``gateway_requests_total{route,code}``, ``gateway_request_duration_seconds{route}``
+- ``gateway_requests_total{route,code,token}`` (``token``: the bearer token's name, ``-`` for
+  none), ``gateway_request_duration_seconds{route}``
+- ``gateway_access_refused_total{token,reason}`` (401/403/429 of the access check),
+  ``gateway_token_in_flight{token}``
 - ``gateway_upstream_rq_total{upstream,outcome}``, ``gateway_upstream_rq_active{upstream}``,
   ``gateway_upstream_rq_duration_seconds{upstream}`` (histogram)
 - ``gateway_upstream_healthy{upstream}`` (1 healthy, 0 unhealthy or ejected),
@@ -73,7 +76,19 @@ class GatewayMetrics:
         self.requests_total = Counter(
             "gateway_requests_total",
             "Requests answered by the gateway",
-            ["route", "code"],
+            ["route", "code", "token"],
+            registry=r,
+        )
+        self.access_refused = Counter(
+            "gateway_access_refused_total",
+            "Requests refused by the token check or a token's quota",
+            ["token", "reason"],
+            registry=r,
+        )
+        self.token_in_flight = Gauge(
+            "gateway_token_in_flight",
+            "Document requests in flight per token",
+            ["token"],
             registry=r,
         )
         self.request_duration = Histogram(
@@ -173,7 +188,13 @@ class GatewayMetrics:
         self.queue_depth.set(snapshot["queue_depth"])
         self.panic.set(1 if snapshot["panic"] else 0)
 
-    def render(self, pool: UpstreamPool) -> tuple[bytes, str]:
-        """Prometheus text exposition of this registry, after a refresh."""
+    def render(
+        self, pool: UpstreamPool, in_flight: dict[str, int] | None = None
+    ) -> tuple[bytes, str]:
+        """Prometheus text exposition of this registry, after a refresh (``in_flight``:
+        requests in flight per token name)."""
         self.refresh(pool)
+        self.token_in_flight.clear()
+        for token, count in (in_flight or {}).items():
+            self.token_in_flight.labels(token=token).set(count)
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

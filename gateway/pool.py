@@ -192,13 +192,15 @@ class UpstreamPool(PoolHealth):
         *,
         retry: bool = False,
         bypass_limit: bool = False,
+        tenant: str | None = None,
     ) -> Lease:
         """Lease an upstream not in ``exclude``.
 
         Non-queue policies choose at once. In ``queue`` mode a request waits in the central
-        FIFO for a free upstream (retries go to the front); ``QueueFull`` when the queue is at
-        ``queue_max_depth``, ``QueueTimeout`` after ``timeout`` seconds. ``bypass_limit`` skips
-        the concurrency limit (cheap calls such as ``/restructure-pages``).
+        queue for a free upstream (retries first, then the ``tenant`` of each waiting request
+        in turn); ``QueueFull`` when the queue is at ``queue_max_depth``, ``QueueTimeout``
+        after ``timeout`` seconds. ``bypass_limit`` skips the concurrency limit (cheap calls
+        such as ``/restructure-pages``).
         """
         self._dispatch()
         eligible, _ = self.eligible()
@@ -220,6 +222,7 @@ class UpstreamPool(PoolHealth):
             retry=retry,
             max_depth=self.settings.load_balance.queue_max_depth,
             abandon=lambda lease: self.release(lease, "cancelled", 0.0),
+            tenant=tenant,
         )
 
     def _dispatch(self) -> None:

@@ -13,9 +13,9 @@ fails the caller gets 502 with each tried upstream and its reason.
 Usage::
 
     proxy = Proxy(pool, client_getter=lambda: client)
-    result = await proxy.ocr(settings, document, request_id="abc")  # OcrResult
+    result = await proxy.ocr(settings, document, request_id="abc", tenant="team-a")
     status, ctype, body, upstream, attempts = await proxy.passthrough(
-        settings, "/layout-parsing", raw_body, content_type, "abc")
+        settings, "/layout-parsing", raw_body, content_type, "abc", tenant="team-a")
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from gateway.attempts import (
     refuses_connections,
 )
 from gateway.central_queue import QueueFull, QueueTimeout
-from gateway.documents import Document
+from gateway.inputs import Document
 from gateway.pool import NoUpstreamAvailable, UpstreamPool
 from gateway.settings import Settings
 from gateway.upstream import Lease, Upstream
@@ -78,8 +78,10 @@ class Proxy:
         work: Callable[[httpx.AsyncClient, Upstream, float], Awaitable[T]],
         *,
         bypass_limit: bool = False,
+        tenant: str | None = None,
     ) -> tuple[T, Upstream, list[Attempt]]:
-        """Run ``work(client, upstream, attempt_timeout)`` with failover; see module doc."""
+        """Run ``work(client, upstream, attempt_timeout)`` with failover; see module doc.
+        ``tenant`` (the caller's token name) is what the central queue is fair among."""
         loop = asyncio.get_running_loop()
         client = self._client_getter()
         pool = self.pool
@@ -109,6 +111,7 @@ class Proxy:
                             min(settings.load_balance.queue_timeout_s, remaining),
                             retry=is_retry,
                             bypass_limit=bypass_limit,
+                            tenant=tenant,
                         )
                     except NoUpstreamAvailable as exc:
                         if not attempts:
@@ -271,6 +274,7 @@ class Proxy:
         doc: Document,
         request_id: str,
         options: dict[str, Any] | None = None,
+        tenant: str | None = None,
     ) -> OcrResult:
         """Both PaddleX steps for one document on the same upstream, with failover."""
 
@@ -334,7 +338,7 @@ class Proxy:
                 ) from None
             return OcrResult(text=str(text), pages=len(pages), log_id=parsed.get("logId"))
 
-        result, upstream, attempts = await self.run(settings, work)
+        result, upstream, attempts = await self.run(settings, work, tenant=tenant)
         result.upstream = upstream.url
         result.attempts = attempts
         return result
@@ -346,6 +350,7 @@ class Proxy:
         body: bytes,
         content_type: str | None,
         request_id: str,
+        tenant: str | None = None,
     ) -> tuple[int, str | None, bytes, str, list[Attempt]]:
         """Forward a PaddleX-native POST unchanged; returns (status, content type, body,
         upstream, attempts). 4xx answers come back as they are; 5xx fail over."""
@@ -366,7 +371,7 @@ class Proxy:
             return response.status_code, response.headers.get("content-type"), response.content
 
         (status, ctype, content), upstream, attempts = await self.run(
-            settings, work, bypass_limit=(path == "/restructure-pages")
+            settings, work, bypass_limit=(path == "/restructure-pages"), tenant=tenant
         )
         return status, ctype, content, upstream.url, attempts
 

@@ -1,7 +1,10 @@
-"""Everything one gateway instance owns: settings, pool, HTTP clients, probes, watcher.
+"""Everything one gateway instance owns: settings, pool, HTTP clients, probes, watcher, the
+token registry, the URL guard and the PDF workers.
 
 The upstream client is one ``httpx.AsyncClient`` with one connection pool per upstream origin
-(:func:`make_client`); the auxiliary client serves health probes and URL fetches.
+(:func:`make_client`); the auxiliary client serves health probes; URL fetches for callers use
+their own guarded client (:func:`gateway.urlguard.guarded_client`), which reaches no internal
+address that ``input.url_allow`` does not open.
 
 ``Runtime.apply`` is the atomic swap used by hot reload: it runs synchronously on the event
 loop, so requests see either the old or the new settings, never a mix. Requests take a
@@ -26,12 +29,15 @@ from pathlib import Path
 
 import httpx
 
+from gateway.access import Access
 from gateway.health import HealthChecker
+from gateway.inputs import DocumentInspector
 from gateway.metrics import GatewayMetrics
 from gateway.pool import UpstreamPool
 from gateway.proxy import Proxy
 from gateway.reload import ConfigWatcher
 from gateway.settings import HttpSettings, Settings
+from gateway.urlguard import Resolver, UrlGuard, guarded_client
 
 log = logging.getLogger("gateway.runtime")
 
@@ -84,13 +90,19 @@ class Runtime:
         settings: Settings,
         config_path: str | Path | None = None,
         watch: bool | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         self.settings = settings
         self.config_path = Path(config_path) if config_path else None
         self.metrics = GatewayMetrics()
         self.pool = UpstreamPool(settings, self.metrics)
+        self.access = Access(settings.auth, self.metrics)
+        # resolver: how url fetches resolve host names (tests pass one without network I/O)
+        self.url_guard = UrlGuard(settings.input.url_allow, resolver)
+        self.inspector = DocumentInspector(settings.input.pdf_workers)
         self.client: httpx.AsyncClient | None = None
-        self.aux_client: httpx.AsyncClient | None = None  # health probes and url fetches
+        self.aux_client: httpx.AsyncClient | None = None  # health probes
+        self._fetch_client: httpx.AsyncClient | None = None  # callers' url fetches, guarded
         self.proxy = Proxy(self.pool, self._client)
         self.health = HealthChecker(self.pool, self._aux_client)
         self.watcher: ConfigWatcher | None = None
@@ -113,12 +125,19 @@ class Runtime:
             raise RuntimeError("gateway runtime is not started")
         return self.aux_client
 
+    def fetch_client(self) -> httpx.AsyncClient:
+        """The client of callers' URL fetches: every connection checked by ``url_guard``."""
+        if self._fetch_client is None:
+            raise RuntimeError("gateway runtime is not started")
+        return self._fetch_client
+
     async def start(self) -> None:
         self.client = make_client(self.settings.http, upstream_origins(self.settings))
         self.aux_client = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
             trust_env=False,
         )
+        self._fetch_client = guarded_client(lambda: self.url_guard)
         self.health.start()
         if self.watcher is not None:
             self.watcher.start(poll=self.settings.reload.enabled)
@@ -127,6 +146,7 @@ class Runtime:
             len(self.settings.upstreams),
             self.settings.load_balance.mode,
         )
+        self._warn_access(None, self.settings)
 
     async def stop(self) -> None:
         if self.watcher is not None:
@@ -136,9 +156,31 @@ class Runtime:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for client in (self.client, self.aux_client):
+        for client in (self.client, self.aux_client, self._fetch_client):
             if client is not None:
                 await client.aclose()
+        await self.inspector.close()
+
+    @staticmethod
+    def _warn_access(old: Settings | None, new: Settings) -> None:
+        """Say so when the gateway is open, or its admin routes are closed to everyone."""
+        before = None if old is None else (old.auth.enabled, bool(old.auth.admin_tokens))
+        after = (new.auth.enabled, bool(new.auth.admin_tokens))
+        if before == after:
+            return
+        if not new.auth.enabled:
+            log.warning(
+                "no bearer tokens configured (auth.tokens, auth.admin_tokens): the gateway "
+                "serves every caller that reaches its port, /upstreams and /metrics included"
+            )
+        elif not new.auth.admin_tokens:
+            log.warning("no auth.admin_tokens: /upstreams and /metrics refuse every caller")
+        else:
+            log.info(
+                "bearer tokens required: %d user, %d admin",
+                len(new.auth.tokens),
+                len(new.auth.admin_tokens),
+            )
 
     def apply(self, new: Settings) -> None:
         """Swap in ``new`` settings atomically (called by the watcher or directly).
@@ -160,6 +202,9 @@ class Runtime:
             task.add_done_callback(self._retired.discard)
         self.settings = new
         self.pool.reconfigure(new)
+        self.access.reconfigure(new.auth)
+        self.url_guard = UrlGuard(new.input.url_allow, self.url_guard.resolver)
+        self._warn_access(old, new)
 
     @staticmethod
     async def _close_later(client: httpx.AsyncClient, delay: float) -> None:

@@ -129,13 +129,95 @@ class PostprocessSettings(_Section):
 
 
 class InputSettings(_Section):
-    """Limits on what callers may send (sizes, URL fetches, local files)."""
+    """Limits on what callers may send (sizes, URL fetches, local files, image and PDF
+    bounds)."""
 
     max_request_bytes: int = Field(100 * 1024 * 1024, ge=1)
     local_path_roots: list[str] = Field(default_factory=list)  # empty: local_path disabled
     url_fetch_enabled: bool = True
-    url_timeout_s: float = Field(30.0, gt=0)
+    url_timeout_s: float = Field(30.0, gt=0)  # the whole fetch, redirects included
     url_max_bytes: int = Field(50 * 1024 * 1024, ge=1)
+    url_max_redirects: int = Field(5, ge=0)
+    # destinations that url fetches may reach although they are loopback/private/...:
+    # host names, addresses or networks, each optionally with a port (gateway.urlguard)
+    url_allow: list[str] = Field(default_factory=list)
+    # PIL's decompression-bomb limit: an A4 page scanned at 1200 dpi (139 MP) fits
+    max_image_pixels: int = Field(178_956_970, ge=1)
+    max_pages: int = Field(1000, ge=1)
+    pdf_timeout_s: float = Field(10.0, gt=0)  # reading one PDF's page tree
+    pdf_workers: int = Field(2, ge=1)  # processes that read PDFs (killed past the timeout)
+
+    @field_validator("url_allow")
+    @classmethod
+    def _check_url_allow(cls, value: list[str]) -> list[str]:
+        from gateway.urlguard import parse_allow_entry
+
+        for index, entry in enumerate(value):
+            try:
+                parse_allow_entry(entry)
+            except ValueError as exc:
+                raise ValueError(f"entry {index}: {exc}") from None
+        return value
+
+
+class TokenSpec(_Section):
+    """One accepted bearer token: its name and SHA-256 (hex), never the token itself."""
+
+    name: str
+    sha256: str
+    max_in_flight: int | None = Field(None, ge=1)  # requests of this token at once
+    rate_per_s: float | None = Field(None, gt=0)  # token bucket, a second's worth of burst
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not value or len(value) > 64 or not all(c.isalnum() or c in "-_.@" for c in value):
+            raise ValueError(f"token name must be 1-64 letters, digits or '-_.@', got {value!r}")
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _check_hash(cls, value: str) -> str:
+        value = value.strip().lower()
+        if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+            raise ValueError("must be the 64 hex digits of the token's SHA-256")
+        return value
+
+
+class AuthSettings(_Section):
+    """Bearer tokens (gateway.access). No token configured: the gateway is open."""
+
+    tokens: list[TokenSpec] = Field(default_factory=list)  # document routes
+    admin_tokens: list[TokenSpec] = Field(default_factory=list)  # also /upstreams, /metrics
+
+    @model_validator(mode="after")
+    def _unique(self) -> AuthSettings:
+        names: set[str] = set()
+        hashes: set[str] = set()
+        for key in ("tokens", "admin_tokens"):
+            for index, spec in enumerate(getattr(self, key)):
+                if spec.name in names:
+                    raise ValueError(f"{key}[{index}]: duplicate token name {spec.name!r}")
+                if spec.sha256 in hashes:
+                    raise ValueError(f"{key}[{index}]: the same sha256 is listed twice")
+                names.add(spec.name)
+                hashes.add(spec.sha256)
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.tokens or self.admin_tokens)
+
+
+class ServerSettings(_Section):
+    """Connection bounds against slow and greedy clients (gateway.connections)."""
+
+    header_timeout_s: float = Field(10.0, gt=0)  # request line and headers, from first byte
+    body_timeout_s: float = Field(60.0, gt=0)  # the whole body, from the end of the headers
+    keep_alive_s: float = Field(75.0, gt=0)  # idle keep-alive connections (read at start-up)
+    max_connections: int = Field(1000, ge=1)  # open connections at once; beyond: 503
+    max_connections_per_client: int = Field(100, ge=1)  # per client address; beyond: 429
+    max_header_bytes: int = Field(16384, ge=1024)  # request line + headers (read at start-up)
 
 
 class ReloadSettings(_Section):
@@ -154,6 +236,8 @@ class Settings(_Section):
     retry_budget: RetryBudgetSettings = RetryBudgetSettings()
     postprocess: PostprocessSettings = PostprocessSettings()
     input: InputSettings = InputSettings()
+    auth: AuthSettings = AuthSettings()
+    server: ServerSettings = ServerSettings()
     reload: ReloadSettings = ReloadSettings()
 
     @field_validator("upstreams", mode="before")
@@ -227,6 +311,10 @@ def _warn_unknown_keys(model: BaseModel, prefix: str = "") -> list[str]:
         value = getattr(model, name)
         if isinstance(value, BaseModel) and not isinstance(value, UpstreamSpec):
             unknown += _warn_unknown_keys(value, f"{prefix}{name}.")
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, TokenSpec):
+                    unknown += _warn_unknown_keys(item, f"{prefix}{name}[{index}].")
     return unknown
 
 

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from gateway.app import create_app
+from gateway.connections import uvicorn_options
 from gateway.settings import parse_settings
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
@@ -45,14 +46,17 @@ def gateway_config(upstreams: list[Any], **sections: Any) -> dict[str, Any]:
 
 
 class RunningGateway:
-    """A gateway app under uvicorn on a loopback port, plus a client for it."""
+    """A gateway app under uvicorn on a loopback port (with the gateway's own connection
+    bounds, as ``python -m gateway`` runs it), plus a client for it."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, headers: dict[str, str] | None = None) -> None:
         self.app = app
         self.runtime = app.state.runtime
-        self.server = ServerThread(app).start()
+        self.server = ServerThread(app, **uvicorn_options(self.runtime)).start()
         self.url = self.server.url
-        self.client = httpx.Client(base_url=self.url, timeout=30, trust_env=False)
+        self.client = httpx.Client(
+            base_url=self.url, timeout=30, trust_env=False, headers=headers or {}
+        )
 
     def stop(self) -> None:
         self.client.close()

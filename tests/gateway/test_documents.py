@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 
-import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.responses import Response
@@ -20,6 +19,7 @@ from gateway.documents import (
     sniff_type,
 )
 from gateway.settings import InputSettings
+from gateway.urlguard import UrlGuard, guarded_client
 from tests.doubles.servers import ServerThread
 from tests.gateway.samples import image_bytes, pdf_bytes, png_bytes
 
@@ -61,8 +61,11 @@ def test_make_document_errors():
     assert (err.value.status, err.value.code) == (415, "unsupported_type")
 
 
-def test_damaged_pdf_has_unknown_page_count():
-    assert make_document(b"%PDF-1.7\n garbage").pages is None
+def test_damaged_pdf_is_refused():
+    with pytest.raises(InputError) as err:
+        make_document(b"%PDF-1.7\n garbage")
+    assert (err.value.status, err.value.code) == (422, "unreadable_pdf")
+    assert "cannot be read" in err.value.message
 
 
 def test_decode_base64_variants():
@@ -128,8 +131,9 @@ def _run(coro):
 
 
 async def _resolve(sources, settings):
-    async with httpx.AsyncClient(trust_env=False) as client:
-        return await resolve_input(sources, settings, client)
+    guard = UrlGuard(settings.url_allow)
+    async with guarded_client(lambda: guard) as client:
+        return await resolve_input(sources, settings, client, guard)
 
 
 def test_resolve_input_exactly_one_source():
@@ -160,7 +164,7 @@ def test_url_fetch_scheme_size_and_errors():
     async def missing() -> Response:
         return Response(b"nope", status_code=404)
 
-    settings = InputSettings(url_max_bytes=2000)
+    settings = InputSettings(url_max_bytes=2000, url_allow=["127.0.0.1"])
     with ServerThread(app) as server:
         doc_ = _run(_resolve({"url": server.url + "/doc.png"}, settings))
         assert doc_.kind == "image"

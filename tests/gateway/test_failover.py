@@ -341,7 +341,7 @@ def test_metrics_names(start_gateway):
             "gateway_queue_depth 0.0",
             "gateway_retries_total 1.0",
             "gateway_retry_overflow_total 0.0",
-            'gateway_requests_total{code="200",route="/ocr"} 1.0',
+            'gateway_requests_total{code="200",route="/ocr",token="-"} 1.0',
         ):
             assert line in text, line
         for name in (

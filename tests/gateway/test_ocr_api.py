@@ -77,8 +77,13 @@ def test_every_input_kind(fleet, start_gateway, tmp_path):
         return Response(pdf_bytes(2), media_type="application/pdf")
 
     (tmp_path / "test.png").write_bytes(png_bytes())
-    gw = start_gateway(gateway_config(fleet.urls, input={"local_path_roots": [str(tmp_path)]}))
     with ServerThread(files) as file_server:
+        allowed = f"127.0.0.1:{file_server.port}"  # loopback: refused unless allow-listed
+        gw = start_gateway(
+            gateway_config(
+                fleet.urls, input={"local_path_roots": [str(tmp_path)], "url_allow": [allowed]}
+            )
+        )
         cases = {
             "base64": {"base64": b64(png_bytes())},
             "data_url": {"data_url": "data:image/png;base64," + b64(png_bytes())},
@@ -235,8 +240,10 @@ def test_request_too_large(fleet, start_gateway):
 
 def test_upstream_4xx_is_passed_through_not_retried(fleet, start_gateway):
     gw = start_gateway(gateway_config(fleet.urls))
-    corrupt_png = b"\x89PNG\r\n\x1a\n" + b"garbage" * 10  # sniffs as PNG, the upstream rejects it
-    r = gw.client.post("/ocr", json={"base64": b64(corrupt_png)})
+    # a valid BMP header (the gateway's checks pass) with a pixel depth the decoder refuses
+    corrupt_bmp = bytearray(image_bytes("BMP"))
+    corrupt_bmp[28:30] = (7).to_bytes(2, "little")
+    r = gw.client.post("/ocr", json={"base64": b64(bytes(corrupt_bmp))})
     assert r.status_code == 422, r.text
     err = r.json()["error"]
     assert err["code"] == "upstream_rejected" and "Invalid input file" in err["message"]

@@ -1,0 +1,231 @@
+"""Who may call the gateway: bearer tokens, per-token quotas, and the FastAPI dependencies.
+
+The config lists tokens by name and SHA-256 (``auth.tokens``, ``auth.admin_tokens``), never the
+token itself. A request presents ``Authorization: Bearer <token>``; its SHA-256 is compared
+with every configured digest in constant time (no early exit, :func:`hmac.compare_digest`).
+Document routes take a user or an admin token; ``/upstreams`` and ``/metrics`` take an admin
+token (a user token gets 403). Missing or wrong token: 401 with ``WWW-Authenticate: Bearer``.
+With no token configured the gateway is open (every caller is :data:`ANONYMOUS`).
+
+Quotas per token (optional): ``max_in_flight`` requests at once and ``rate_per_s`` (a token
+bucket holding one second's worth, at least 1); over either, 429 with ``Retry-After``. Each
+token has its own counters, so one token's flood slows no other token.
+
+Usage::
+
+    access = Access(settings.auth)
+    principal = access.authenticate(request.headers.get("authorization"), admin=False)
+    access.admit(principal)          # raises AccessError(429) over a quota
+    try:
+        ...
+    finally:
+        access.release(principal)
+
+    @router.post("/ocr")
+    async def ocr(principal: Principal = Depends(user_principal)) -> ...: ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated
+
+from fastapi import Request, Security
+from fastapi.security import HTTPBearer
+
+from gateway.attempts import GatewayError
+from gateway.errors import ANONYMOUS, request_context
+from gateway.settings import AuthSettings, TokenSpec
+
+if TYPE_CHECKING:
+    from gateway.metrics import GatewayMetrics
+
+_INVALID_CHALLENGE = 'Bearer realm="paddleocr-fleet", error="invalid_token"'
+
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    description="`Authorization: Bearer <token>`; the gateway's config lists each accepted "
+    "token's SHA-256 (`auth.tokens`, `auth.admin_tokens`). Not needed when none is configured.",
+)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The authenticated caller: the token's name, whether it is an admin token, its spec."""
+
+    name: str
+    admin: bool
+    spec: TokenSpec | None = None
+
+    @property
+    def tenant(self) -> str | None:
+        """The key the central queue shares capacity by (None: the open gateway's one)."""
+        return None if self.spec is None else self.name
+
+
+class AccessError(GatewayError):
+    """401, 403 or 429: the caller is not (or not now) allowed."""
+
+
+@dataclass
+class _Quota:
+    in_flight: int = 0
+    bucket: float = -1.0  # tokens in the rate bucket (-1: not used yet, starts full)
+    stamp: float = 0.0
+
+
+def token_digest(token: str) -> bytes:
+    """SHA-256 of a token, as configured (hex) in ``auth.tokens[].sha256``."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+class Access:
+    """The configured tokens and each token's quota state (kept across reloads by name)."""
+
+    def __init__(
+        self,
+        auth: AuthSettings,
+        metrics: GatewayMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.metrics = metrics
+        self._clock = clock
+        self._quotas: dict[str, _Quota] = {}
+        self._entries: tuple[tuple[bytes, Principal], ...] = ()
+        self.enabled = False
+        self.reconfigure(auth)
+
+    def reconfigure(self, auth: AuthSettings) -> None:
+        """Swap in a new token list; in-flight counts and buckets stay with their names."""
+        entries = [(bytes.fromhex(s.sha256), Principal(s.name, False, s)) for s in auth.tokens]
+        entries += [
+            (bytes.fromhex(s.sha256), Principal(s.name, True, s)) for s in auth.admin_tokens
+        ]
+        self._entries = tuple(entries)
+        self.enabled = auth.enabled
+        names = {principal.name for _, principal in entries}
+        for name in [n for n, q in self._quotas.items() if n not in names and not q.in_flight]:
+            del self._quotas[name]
+
+    def authenticate(self, authorization: str | None, *, admin: bool) -> Principal:
+        """The caller of a request with this ``Authorization`` header, or AccessError
+        (401 missing or unknown token, 403 a user token where an admin token is needed)."""
+        if not self.enabled:
+            return Principal(ANONYMOUS, True)
+        scheme, _, token = (authorization or "").strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            self._count_refusal(ANONYMOUS, "missing_token")
+            raise AccessError(
+                401,
+                "unauthorized",
+                "this gateway needs 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": 'Bearer realm="paddleocr-fleet"'},
+            )
+        presented = token_digest(token)
+        found: Principal | None = None
+        for digest, principal in self._entries:  # all of them: the time says nothing
+            if hmac.compare_digest(digest, presented) and found is None:
+                found = principal
+        if found is None:
+            self._count_refusal(ANONYMOUS, "invalid_token")
+            raise AccessError(
+                401,
+                "invalid_token",
+                "the bearer token is not one this gateway accepts",
+                headers={"WWW-Authenticate": _INVALID_CHALLENGE},
+            )
+        if admin and not found.admin:
+            self._count_refusal(found.name, "forbidden")
+            raise AccessError(
+                403,
+                "forbidden",
+                f"token {found.name!r} is not an admin token (auth.admin_tokens)",
+            )
+        return found
+
+    def admit(self, principal: Principal) -> None:
+        """Count a request against its token's quotas; AccessError(429) when over one.
+        Pair with :meth:`release`."""
+        spec = principal.spec
+        quota = self._quotas.setdefault(principal.name, _Quota())
+        limit = spec.max_in_flight if spec is not None else None
+        if limit is not None and quota.in_flight >= limit:
+            self._count_refusal(principal.name, "max_in_flight")
+            raise AccessError(
+                429,
+                "too_many_in_flight",
+                f"token {principal.name!r} has {quota.in_flight} requests in flight, its "
+                f"limit is {limit} (max_in_flight)",
+                headers={"Retry-After": "1"},
+            )
+        if spec is not None and spec.rate_per_s is not None:
+            rate = spec.rate_per_s
+            capacity = max(1.0, rate)
+            now = self._clock()
+            if quota.bucket < 0:
+                quota.bucket = capacity
+            else:
+                quota.bucket = min(capacity, quota.bucket + (now - quota.stamp) * rate)
+            quota.stamp = now
+            if quota.bucket < 1.0:
+                wait = math.ceil((1.0 - quota.bucket) / rate)
+                self._count_refusal(principal.name, "rate_per_s")
+                raise AccessError(
+                    429,
+                    "rate_limited",
+                    f"token {principal.name!r} is over its rate of {rate:g} requests/s "
+                    "(rate_per_s)",
+                    headers={"Retry-After": str(max(1, wait))},
+                )
+            quota.bucket -= 1.0
+        quota.in_flight += 1
+
+    def release(self, principal: Principal) -> None:
+        quota = self._quotas.get(principal.name)
+        if quota is not None and quota.in_flight > 0:
+            quota.in_flight -= 1
+
+    def in_flight(self) -> dict[str, int]:
+        """Requests in flight per token name (for the metrics)."""
+        return {name: q.in_flight for name, q in self._quotas.items()}
+
+    def _count_refusal(self, token: str, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.access_refused.labels(token=token, reason=reason).inc()
+
+
+def _access(request: Request) -> Access:
+    return request.app.state.runtime.access
+
+
+def _note(request: Request, principal: Principal) -> None:
+    request_context(request).token = principal.name
+
+
+async def user_principal(
+    request: Request, _credentials: Annotated[object, Security(bearer_scheme)]
+) -> AsyncIterator[Principal]:
+    """FastAPI dependency of the document routes: authenticate, admit, release at the end."""
+    access = _access(request)
+    principal = access.authenticate(request.headers.get("authorization"), admin=False)
+    _note(request, principal)
+    access.admit(principal)
+    try:
+        yield principal
+    finally:
+        access.release(principal)
+
+
+async def admin_principal(
+    request: Request, _credentials: Annotated[object, Security(bearer_scheme)]
+) -> Principal:
+    """FastAPI dependency of ``/upstreams`` and ``/metrics``: an admin token."""
+    principal = _access(request).authenticate(request.headers.get("authorization"), admin=True)
+    _note(request, principal)
+    return principal

@@ -1,0 +1,275 @@
+"""Connection bounds against slow and greedy clients (the ``server`` config section).
+
+uvicorn bounds idle keep-alive connections only: a client that sends its headers or its body
+one byte a second holds its connection (and its request's memory) forever. Here:
+
+- :class:`BodyDeadlineMiddleware` (ASGI): the whole request body must arrive within
+  ``server.body_timeout_s`` of the end of the headers; past it the request is answered 408
+  ``body_timeout`` (JSON error body) and the connection closed.
+- :func:`protocol_class`: uvicorn's h11 protocol with a header deadline (the request line and
+  headers must arrive within ``server.header_timeout_s`` of the connection's opening, or of a
+  kept-alive connection's next first byte, else 408 ``header_timeout``; a new connection that
+  sends nothing is closed after that time), a
+  backstop that closes a connection whose body is still dribbling after the response, a cap
+  on the request head's size (``server.max_header_bytes``: 431 ``headers_too_large``), caps on
+  open connections (``server.max_connections``: 503; ``server.max_connections_per_client``:
+  429, both ``too_many_connections``) and a JSON body for malformed requests (400).
+  Refusals are written before closing and the connection lingers briefly, so the client
+  reads the answer instead of a reset.
+
+Usage::
+
+    uvicorn.run(app, host="0.0.0.0", port=9101, **uvicorn_options(app.state.runtime))
+    app.add_middleware(BodyDeadlineMiddleware, timeout=lambda: server_settings.body_timeout_s)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import json
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import h11
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.utils import get_remote_addr
+
+from gateway.inputs import InputError
+from gateway.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from gateway.runtime import Runtime
+
+LINGER_S = 2.0  # how long a refused connection's input is read and dropped before closing
+BACKSTOP_GRACE_S = 5.0  # after body_timeout_s, for the middleware's 408 to go out first
+
+
+class BodyTimeout(InputError):
+    def __init__(self, limit: float) -> None:
+        super().__init__(
+            408,
+            "body_timeout",
+            f"the request body did not arrive within {limit:g}s (server.body_timeout_s)",
+        )
+
+
+class BodyDeadlineMiddleware:
+    """Bound the time the app may wait for the request body; see module doc."""
+
+    def __init__(self, app: ASGIApp, timeout: Callable[[], float]) -> None:
+        self.app = app
+        self.timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.timeout()
+        deadline = asyncio.get_running_loop().time() + limit
+        complete = False
+
+        async def timed_receive() -> Message:
+            nonlocal complete
+            if complete:  # after the body: waits for a disconnect are not bounded
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(limit) from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                complete = True
+            return message
+
+        await self.app(scope, timed_receive, send)
+
+
+def error_bytes(status: int, code: str, message: str, retry_after: int | None = None) -> bytes:
+    """A whole HTTP/1.1 response with the gateway's JSON error body (connection: close)."""
+    rid = uuid.uuid4().hex
+    body = json.dumps({"error": {"code": code, "message": message}, "request_id": rid}).encode()
+    lines = [
+        f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+        "connection: close",
+        f"x-request-id: {rid}",
+    ]
+    if retry_after is not None:
+        lines.append(f"retry-after: {retry_after}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+class GatewayH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with the bounds of the module doc; ``limits`` returns the
+    current ``server`` settings (set by :func:`protocol_class`)."""
+
+    limits: Callable[[], ServerSettings] = staticmethod(ServerSettings)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._head_bytes = 0  # bytes of a request whose headers are not complete yet
+        self._refused = False
+
+    # ------------------------------------------------------------------ connection caps
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        limits = self.limits()
+        peer = get_remote_addr(transport)
+        total = len(self.connections)
+        mine = sum(1 for c in self.connections if peer and c.client and c.client[0] == peer[0])
+        super().connection_made(transport)
+        if total >= limits.max_connections:
+            self._refuse(
+                503,
+                "too_many_connections",
+                f"the gateway has {total} connections open, its limit is "
+                f"{limits.max_connections} (server.max_connections)",
+                retry_after=1,
+            )
+        elif mine >= limits.max_connections_per_client:
+            self._refuse(
+                429,
+                "too_many_connections",
+                f"{peer[0] if peer else 'this client'} has {mine} connections open, the limit "
+                f"per client is {limits.max_connections_per_client} "
+                "(server.max_connections_per_client)",
+                retry_after=1,
+            )
+        else:
+            self._arm_header_timer()
+
+    def _refuse(self, status: int, code: str, message: str, retry_after: int | None = None) -> None:
+        """Answer, stop sending, drop what the client still sends for a moment, close."""
+        self._refused = True
+        self._cancel_timers()
+        self._unset_keepalive_if_required()
+        if self.transport.is_closing():
+            return
+        self.transport.write(error_bytes(status, code, message, retry_after))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
+
+    # ------------------------------------------------------------------ deadlines
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self.conn.their_state is h11.IDLE:
+            self._head_bytes += len(data)
+            if self._header_timer is None:
+                self._arm_header_timer()
+            if self._head_too_large(data):
+                return
+        super().data_received(data)
+        self._sync_timers()
+
+    def _head_too_large(self, data: bytes) -> bool:
+        """h11 bounds only a head that arrives in pieces; bound one that arrives whole."""
+        limit = self.config.h11_max_incomplete_event_size or self.limits().max_header_bytes
+        buffered = bytes(self.conn.trailing_data[0]) + data
+        end = buffered.find(b"\r\n\r\n")
+        if (end if end >= 0 else len(buffered)) <= limit:
+            return False
+        self._refuse(
+            431,
+            "headers_too_large",
+            f"the request line and headers exceed {limit} bytes (server.max_header_bytes)",
+        )
+        return True
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._sync_timers()
+        if self.conn.their_state is h11.IDLE and self.conn.trailing_data[0]:
+            self._head_bytes = len(self.conn.trailing_data[0])
+            if self._header_timer is None:
+                self._arm_header_timer()
+
+    def eof_received(self) -> bool | None:
+        if self._refused:
+            self.transport.close()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def _sync_timers(self) -> None:
+        state = self.conn.their_state
+        if state is not h11.IDLE and self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+            self._head_bytes = 0
+        if state is h11.SEND_BODY:
+            if self._body_timer is None:
+                delay = self.limits().body_timeout_s + BACKSTOP_GRACE_S
+                self._body_timer = self.loop.call_later(delay, self._body_timeout)
+        elif self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _arm_header_timer(self) -> None:
+        self._header_timer = self.loop.call_later(
+            self.limits().header_timeout_s, self._header_timeout
+        )
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._header_timer, self._body_timer):
+            if timer is not None:
+                timer.cancel()
+        self._header_timer = self._body_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        if not self._head_bytes:  # a connection that never sent anything
+            self.transport.close()
+            return
+        limit = self.limits().header_timeout_s
+        self._refuse(
+            408,
+            "header_timeout",
+            f"the request line and headers did not arrive within {limit:g}s "
+            "(server.header_timeout_s)",
+        )
+
+    def _body_timeout(self) -> None:
+        """Backstop: the body still dribbles although the app answered (or never read it)."""
+        self._body_timer = None
+        if not self.transport.is_closing() and self.conn.their_state is h11.SEND_BODY:
+            self.transport.close()
+
+    # ------------------------------------------------------------------ malformed requests
+    def send_400_response(self, msg: str) -> None:
+        self._cancel_timers()
+        self.transport.write(
+            error_bytes(
+                400,
+                "bad_http_request",
+                "invalid HTTP request: malformed, or the request line and headers exceed "
+                "server.max_header_bytes",
+            )
+        )
+        self.transport.close()
+
+
+def protocol_class(limits: Callable[[], ServerSettings]) -> type[GatewayH11Protocol]:
+    """A :class:`GatewayH11Protocol` subclass reading its bounds from ``limits()``."""
+    return type("BoundGatewayH11Protocol", (GatewayH11Protocol,), {"limits": staticmethod(limits)})
+
+
+def uvicorn_options(runtime: Runtime) -> dict[str, Any]:
+    """The uvicorn settings that apply the ``server`` section (keep-alive and header size
+    are read at start-up; the timeouts and caps at every connection)."""
+    server = runtime.settings.server
+    return {
+        "http": protocol_class(lambda: runtime.settings.server),
+        "timeout_keep_alive": server.keep_alive_s,
+        "h11_max_incomplete_event_size": server.max_header_bytes,
+    }

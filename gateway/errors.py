@@ -1,0 +1,180 @@
+"""The gateway's JSON error body, the request context, and the exception handlers.
+
+Every error the gateway answers is ``{"error": {"code", "message", ...}, "request_id"}``; on
+the PaddleX-native routes the body also carries the PaddleX envelope keys (``logId``,
+``errorCode``, ``errorMsg``) so PaddleX clients can read it. Unknown routes (404), wrong
+methods (405) and anything unexpected (500) get the same body.
+
+Usage::
+
+    return error_response(413, "too_large", "request body exceeds ...", request_id)
+    install_exception_handlers(app)
+    context = request_context(request)      # request_id, token name (set by the middleware)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, is_dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gateway.attempts import GatewayError
+from gateway.inputs import InputError
+
+log = logging.getLogger("gateway.errors")
+
+NATIVE_ROUTES = frozenset({"/layout-parsing", "/restructure-pages"})
+ANONYMOUS = "-"
+
+
+@dataclass
+class RequestContext:
+    """Per-request facts the middleware logs and counts; kept in ``scope["gateway.context"]``."""
+
+    request_id: str
+    token: str = ANONYMOUS
+    started: float = field(default_factory=time.perf_counter)
+
+
+def new_request_id(given: str | None) -> str:
+    """The caller's ``X-Request-ID`` when it is short and printable, else a fresh one."""
+    if given and len(given) <= 128 and given.isprintable() and given.isascii():
+        return given
+    return uuid.uuid4().hex
+
+
+def request_context(request: Request) -> RequestContext:
+    """The request's context (created here if no middleware made one)."""
+    context = request.scope.get("gateway.context")
+    if context is None:
+        context = RequestContext(new_request_id(request.headers.get("x-request-id")))
+        request.scope["gateway.context"] = context
+    return context
+
+
+def _jsonable(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def error_body(
+    status: int,
+    code: str,
+    message: str,
+    request_id: str,
+    *,
+    details: dict[str, Any] | None = None,
+    paddlex_envelope: bool = False,
+) -> dict[str, Any]:
+    """The error document itself (see :func:`error_response`)."""
+    body: dict[str, Any] = {
+        "error": {"code": code, "message": message, **_jsonable(details or {})},
+        "request_id": request_id,
+    }
+    if paddlex_envelope:
+        body = {"logId": request_id, "errorCode": status, "errorMsg": message, **body}
+    return body
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    request_id: str,
+    *,
+    details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+    paddlex_envelope: bool = False,
+) -> JSONResponse:
+    """The gateway's error body (optionally with PaddleX envelope keys) as a response."""
+    body = error_body(
+        status, code, message, request_id, details=details, paddlex_envelope=paddlex_envelope
+    )
+    extra = {"Connection": "close"} if status == 408 else {}
+    return JSONResponse(
+        body,
+        status_code=status,
+        headers={**(headers or {}), **extra, "X-Request-ID": request_id},
+    )
+
+
+def gateway_error_response(
+    exc: GatewayError, request_id: str, *, paddlex_envelope: bool = False
+) -> JSONResponse:
+    """:func:`error_response` for an error the gateway raised itself."""
+    return error_response(
+        exc.status,
+        exc.code,
+        exc.message,
+        request_id,
+        details=exc.details,
+        headers=exc.headers,
+        paddlex_envelope=paddlex_envelope,
+    )
+
+
+def _is_native(request: Request) -> bool:
+    return request.url.path in NATIVE_ROUTES
+
+
+def install_exception_handlers(app: FastAPI) -> None:
+    """Answer every error raised past the routes with the JSON error body."""
+
+    @app.exception_handler(GatewayError)
+    async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+        rid = request_context(request).request_id
+        return gateway_error_response(exc, rid, paddlex_envelope=_is_native(request))
+
+    @app.exception_handler(InputError)
+    async def _input_error(request: Request, exc: InputError) -> JSONResponse:
+        rid = request_context(request).request_id
+        return error_response(
+            exc.status, exc.code, exc.message, rid, paddlex_envelope=_is_native(request)
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors()
+        )
+        rid = request_context(request).request_id
+        return error_response(
+            400, "invalid_request", problems, rid, paddlex_envelope=_is_native(request)
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        rid = request_context(request).request_id
+        return error_response(
+            exc.status_code,
+            code,
+            f"{request.method} {request.url.path}: {exc.detail}",
+            rid,
+            headers=dict(exc.headers or {}),
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+        rid = request_context(request).request_id
+        return error_response(
+            500,
+            "internal_error",
+            f"the gateway failed unexpectedly ({type(exc).__name__}); see its log, "
+            f"request id {rid}",
+            rid,
+            paddlex_envelope=_is_native(request),
+        )

@@ -1,0 +1,359 @@
+"""What a document is, and the bounds it must meet before anything reaches an upstream.
+
+The type comes from the bytes (PDF, PNG, JPEG, BMP, TIFF, WebP). An image's dimensions are
+read from its header (no decoding); over ``input.max_image_pixels`` it is a 413 naming the
+limit. A PDF is read with pypdf in a killable worker process (:mod:`gateway.workers`): over
+``input.max_pages`` pages, or with a page that would render (at PaddleX's 144 dpi) to more than
+``input.max_image_pixels``, it is a 413; a PDF pypdf cannot read, whose page tree loops, or
+whose reading takes longer than ``input.pdf_timeout_s`` is a 422.
+
+Usage::
+
+    inspector = DocumentInspector(workers=2)
+    doc = await inspector.inspect(data, settings.input)   # Document or InputError
+    doc = make_document(data)          # the same checks in-process (tests, tools)
+    width, height = image_size(png, "image/png")
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.settings import InputSettings
+from gateway.workers import ProcessWorkers, WorkerCrashed, WorkerTimeout
+
+log = logging.getLogger("gateway.inputs")
+
+PDF_RENDER_PX_PER_PT = 2.0  # PaddleX renders PDF pages at scale 2 (144 dpi)
+_JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+_MAX_JPEG_SEGMENTS = 4096
+_MAX_TIFF_ENTRIES = 100_000
+
+
+class InputError(Exception):
+    """A problem with what the caller sent; carries the HTTP status to answer with."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Document:
+    """A validated document ready to send to PaddleX."""
+
+    data: bytes
+    kind: str  # "pdf" or "image"
+    mime: str
+    pages: int | None  # real page count (PDF via pypdf), 1 for an image
+
+    @property
+    def file_type(self) -> int:
+        """PaddleX ``fileType``: 0 for PDF, 1 for images."""
+        return 0 if self.kind == "pdf" else 1
+
+    def b64(self) -> str:
+        """Raw standard base64 (no ``data:`` prefix), as PaddleX expects."""
+        return base64.b64encode(self.data).decode("ascii")
+
+
+def sniff_type(data: bytes) -> tuple[str, str] | None:
+    """Return ``(kind, mime)`` from magic bytes, or None for an unsupported type."""
+    head = data[:16]
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image", "image/png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image", "image/jpeg"
+    if head.startswith(b"BM") and len(data) >= 26:
+        return "image", "image/bmp"
+    if head.startswith((b"II*\x00", b"MM\x00*")):
+        return "image", "image/tiff"
+    if head.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return "image", "image/webp"
+    # PDF readers accept the header anywhere in the first KiB
+    if b"%PDF-" in data[:1024]:
+        return "pdf", "application/pdf"
+    return None
+
+
+def _unreadable(kind: str, why: str) -> InputError:
+    return InputError(422, "unreadable_image", f"cannot read the {kind} header: {why}")
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    if len(data) < 24 or data[12:16] != b"IHDR":
+        raise _unreadable("PNG", "no IHDR chunk first")
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int]:
+    i, n = 2, len(data)
+    for _ in range(_MAX_JPEG_SEGMENTS):
+        if i >= n or data[i] != 0xFF:
+            break
+        while i < n and data[i] == 0xFF:  # fill bytes
+            i += 1
+        if i >= n:
+            break
+        marker = data[i]
+        i += 1
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # no length field
+            continue
+        if marker in (0xD9, 0xDA):  # end of image, start of scan: no frame header before
+            break
+        if i + 2 > n:
+            break
+        (length,) = struct.unpack(">H", data[i : i + 2])
+        if marker in _JPEG_SOF:
+            if i + 7 > n:
+                break
+            height, width = struct.unpack(">HH", data[i + 3 : i + 7])
+            if height == 0:
+                raise _unreadable("JPEG", "the height is left to a later DNL segment")
+            return width, height
+        if length < 2:
+            break
+        i += length
+    raise _unreadable("JPEG", "no frame header (SOF) found")
+
+
+def _bmp_size(data: bytes) -> tuple[int, int]:
+    (header,) = struct.unpack("<I", data[14:18])
+    if header == 12:
+        width, height = struct.unpack("<HH", data[18:22])
+    else:
+        width, height = struct.unpack("<ii", data[18:26])
+    return width, abs(height)
+
+
+def _tiff_sizes(data: bytes, max_pages: int) -> list[tuple[int, int]]:
+    """Width and height of every page (IFD) of a TIFF; loops and truncation are errors."""
+    order = "<" if data[:2] == b"II" else ">"
+    n = len(data)
+    offset = struct.unpack(order + "I", data[4:8])[0]
+    seen: set[int] = set()
+    pages: list[tuple[int, int]] = []
+    entries_read = 0
+    while offset:
+        if offset in seen:
+            raise _unreadable("TIFF", "its list of pages loops")
+        if len(pages) >= max_pages:
+            raise InputError(
+                413, "too_many_pages", f"TIFF has more than {max_pages} pages (input.max_pages)"
+            )
+        seen.add(offset)
+        if offset + 2 > n:
+            raise _unreadable("TIFF", "a page directory lies outside the file")
+        (count,) = struct.unpack(order + "H", data[offset : offset + 2])
+        entries_read += count
+        if entries_read > _MAX_TIFF_ENTRIES or offset + 2 + 12 * count + 4 > n:
+            raise _unreadable("TIFF", "a page directory is truncated or too large")
+        width = height = None
+        for k in range(count):
+            at = offset + 2 + 12 * k
+            tag, kind = struct.unpack(order + "HH", data[at : at + 4])
+            if tag in (256, 257) and kind in (3, 4):
+                fmt = order + ("H" if kind == 3 else "I")
+                (value,) = struct.unpack_from(fmt, data, at + 8)
+                if tag == 256:
+                    width = value
+                else:
+                    height = value
+        if width is None or height is None:
+            raise _unreadable("TIFF", "a page has no ImageWidth/ImageLength")
+        pages.append((width, height))
+        (offset,) = struct.unpack(order + "I", data[offset + 2 + 12 * count :][:4])
+    if not pages:
+        raise _unreadable("TIFF", "no page directory")
+    return pages
+
+
+def _webp_size(data: bytes) -> tuple[int, int]:
+    chunk, payload = data[12:16], data[20:40]
+    if chunk == b"VP8 " and payload[3:6] == b"\x9d\x01\x2a" and len(payload) >= 10:
+        width, height = struct.unpack("<HH", payload[6:10])
+        return width & 0x3FFF, height & 0x3FFF
+    if chunk == b"VP8L" and payload[:1] == b"\x2f" and len(payload) >= 5:
+        (bits,) = struct.unpack("<I", payload[1:5])
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8X" and len(payload) >= 10:
+        width = int.from_bytes(payload[4:7], "little") + 1
+        height = int.from_bytes(payload[7:10], "little") + 1
+        return width, height
+    raise _unreadable("WebP", f"unknown first chunk {chunk!r}")
+
+
+def image_sizes(data: bytes, mime: str, max_pages: int = 1000) -> list[tuple[int, int]]:
+    """``(width, height)`` of each page of an image (several only for a TIFF), read from
+    the header; InputError(422) when the header cannot be read."""
+    try:
+        if mime == "image/tiff":
+            return _tiff_sizes(data, max_pages)
+        reader = {
+            "image/png": _png_size,
+            "image/jpeg": _jpeg_size,
+            "image/bmp": _bmp_size,
+            "image/webp": _webp_size,
+        }[mime]
+        return [reader(data)]
+    except struct.error:
+        raise _unreadable(mime.split("/")[1].upper(), "the file is truncated") from None
+
+
+def image_size(data: bytes, mime: str) -> tuple[int, int]:
+    """The first page's ``(width, height)``; see :func:`image_sizes`."""
+    return image_sizes(data, mime)[0]
+
+
+def check_image(data: bytes, mime: str, limits: InputSettings) -> None:
+    """InputError 422 for an unreadable header or a zero side, 413 over the pixel cap."""
+    for width, height in image_sizes(data, mime, limits.max_pages):
+        if width <= 0 or height <= 0:
+            raise _unreadable(mime.split("/")[1].upper(), f"it claims {width} x {height} pixels")
+        if width * height > limits.max_image_pixels:
+            raise InputError(
+                413,
+                "image_too_large",
+                f"the image is {width} x {height} = {width * height} pixels, the limit is "
+                f"{limits.max_image_pixels} pixels (input.max_image_pixels)",
+            )
+
+
+def read_pdf(data: bytes, max_pages: int, max_pixels: int) -> dict[str, Any]:
+    """Page count and page sizes with pypdf (run in a worker process). Returns
+    ``{"pages": n}`` or ``{"status", "code", "message"}`` for a refusal."""
+    from pypdf import PdfReader, apply_configuration
+    from pypdf.errors import LimitReachedError
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # damaged files are answered, not logged
+
+    def refuse(status: int, code: str, message: str) -> dict[str, Any]:
+        return {"status": status, "code": code, "message": message}
+
+    # pypdf walks at most this many page tree entries: pages plus their /Pages nodes, and
+    # every repetition of a node listed in several /Kids (a tiny file could list millions)
+    entries = 2 * max_pages + 100
+    try:
+        with apply_configuration(page_tree_maximum_entries=entries):
+            reader = PdfReader(io.BytesIO(data))
+            if reader.is_encrypted and not reader.decrypt(""):
+                return refuse(422, "unreadable_pdf", "the PDF is encrypted with a password")
+            try:
+                declared = int(reader.trailer["/Root"]["/Pages"]["/Count"])
+            except Exception:
+                declared = 0
+            if declared > max_pages:
+                return refuse(413, "too_many_pages", _pages_message(declared, max_pages))
+            pages = reader.pages
+            count = len(pages)
+    except LimitReachedError as exc:
+        if "entries" in str(exc) or "entry" in str(exc):
+            return refuse(
+                413,
+                "too_many_pages",
+                f"the PDF's page tree has more than {entries} entries: more than {max_pages} "
+                "pages (input.max_pages)",
+            )
+        return refuse(422, "unreadable_pdf", f"the PDF's page tree is too deep ({exc})")
+    except RecursionError:
+        return refuse(422, "unreadable_pdf", "the PDF's page tree is nested too deeply")
+    except Exception as exc:  # pypdf raises many types on damaged files
+        reason = str(exc)[:200] or type(exc).__name__
+        if "cyclic" in reason.lower():
+            return refuse(422, "unreadable_pdf", f"the PDF's page tree loops ({reason})")
+        return refuse(422, "unreadable_pdf", f"the PDF cannot be read: {reason}")
+    if count == 0:
+        return refuse(422, "unreadable_pdf", "the PDF has no pages")
+    if count > max_pages:
+        return refuse(413, "too_many_pages", _pages_message(count, max_pages))
+    for index, page in enumerate(pages):
+        try:
+            box = page.mediabox
+            unit = float(page.get("/UserUnit", 1) or 1)
+            width = abs(float(box.width)) * unit * PDF_RENDER_PX_PER_PT
+            height = abs(float(box.height)) * unit * PDF_RENDER_PX_PER_PT
+        except Exception:
+            continue  # PaddleX's renderer falls back to a default page size
+        if width * height > max_pixels:
+            return refuse(
+                413,
+                "image_too_large",
+                f"PDF page {index + 1} renders to about {int(width)} x {int(height)} pixels at "
+                f"144 dpi, the limit is {max_pixels} pixels (input.max_image_pixels)",
+            )
+    return {"pages": count}
+
+
+def _pages_message(pages: int, limit: int) -> str:
+    return f"the PDF has {pages} pages, the limit is {limit} (input.max_pages)"
+
+
+def _sniff(data: bytes) -> tuple[str, str]:
+    if not data:
+        raise InputError(400, "empty_file", "the document is empty (0 bytes)")
+    sniffed = sniff_type(data)
+    if sniffed is None:
+        raise InputError(
+            415,
+            "unsupported_type",
+            f"unsupported document type ({len(data)} bytes): expected a PDF or a PNG, JPEG, "
+            "BMP, TIFF or WebP image",
+        )
+    return sniffed
+
+
+def _pdf_document(data: bytes, result: dict[str, Any]) -> Document:
+    if "pages" not in result:
+        raise InputError(result["status"], result["code"], result["message"])
+    return Document(data=data, kind="pdf", mime="application/pdf", pages=result["pages"])
+
+
+def make_document(data: bytes, limits: InputSettings | None = None) -> Document:
+    """Validate raw bytes in-process, without the PDF time bound (tests, tools); the gateway
+    uses :meth:`DocumentInspector.inspect`."""
+    limits = limits or InputSettings()
+    kind, mime = _sniff(data)
+    if kind == "image":
+        check_image(data, mime, limits)
+        return Document(data=data, kind=kind, mime=mime, pages=1)
+    return _pdf_document(data, read_pdf(data, limits.max_pages, limits.max_image_pixels))
+
+
+class DocumentInspector:
+    """:func:`make_document` with PDFs read in killable worker processes."""
+
+    def __init__(self, workers: int = 2) -> None:
+        self.workers = ProcessWorkers("gateway.inputs:read_pdf", size=workers)
+
+    async def inspect(self, data: bytes, limits: InputSettings) -> Document:
+        kind, mime = _sniff(data)
+        if kind == "image":
+            check_image(data, mime, limits)
+            return Document(data=data, kind=kind, mime=mime, pages=1)
+        self.workers.size = limits.pdf_workers
+        try:
+            result = await self.workers.run(
+                data, (limits.max_pages, limits.max_image_pixels), limits.pdf_timeout_s
+            )
+        except WorkerTimeout:
+            raise InputError(
+                422,
+                "pdf_timeout",
+                f"reading the PDF took longer than {limits.pdf_timeout_s:g}s "
+                "(input.pdf_timeout_s); its structure is too complex or loops",
+            ) from None
+        except WorkerCrashed as exc:
+            log.warning("PDF worker failed: %s", exc)
+            raise InputError(422, "unreadable_pdf", "the PDF cannot be read") from None
+        return _pdf_document(data, result)
+
+    async def close(self) -> None:
+        await self.workers.close()

@@ -1,0 +1,52 @@
+"""What the routers share: the runtime as a dependency, and reading a bounded body.
+
+Usage::
+
+    async def route(request: Request, runtime: RuntimeDep, principal: UserDep) -> Response:
+        body = await read_body(request, runtime.settings.input.max_request_bytes)
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from gateway.access import Principal, user_principal
+from gateway.inputs import InputError
+from gateway.runtime import Runtime
+
+
+def get_runtime(request: Request) -> Runtime:
+    """FastAPI dependency: the app's :class:`Runtime`."""
+    return request.app.state.runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+"""A route parameter that receives the app's runtime."""
+UserDep = Annotated[Principal, Depends(user_principal)]
+"""A route parameter that receives the caller (user or admin token), admitted to its quota."""
+
+
+async def read_body(request: Request, cap: int) -> bytes:
+    """Read the request body, refusing with 413 as soon as it exceeds ``cap`` bytes (the
+    time bound is :class:`gateway.connections.BodyDeadlineMiddleware`'s)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > cap:
+        raise InputError(
+            413,
+            "too_large",
+            f"request body is {declared} bytes, limit is {cap} (input.max_request_bytes)",
+        )
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > cap:
+            raise InputError(
+                413, "too_large", f"request body exceeds {cap} bytes (input.max_request_bytes)"
+            )
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    request._body = body  # lets request.form() parse what we already read
+    return body
