@@ -173,8 +173,8 @@ class PulumiStack:
         (PULUMI_ENABLE_STREAMING_JSON_PREVIEW does the same for a preview)."""
         self._log += 1
         args = [verb, *self._stack_args(), "--non-interactive", "--json", *extra]
-        if verb != "preview":
-            args.append("--yes")
+        if verb != "preview":  # the steps of the update alone, not of a preview before it
+            args += ["--yes", "--skip-preview"]
         done = self.run(args, check=check)
         log = self.root / f"events-{self._log}-{verb}.jsonl"
         log.write_text(done.stdout)

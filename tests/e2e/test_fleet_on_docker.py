@@ -359,13 +359,11 @@ def test_a_changed_vllm_setting_replaces_exactly_the_vllm_containers_first_delet
             assert after[name] != old_id, f"{name} was not replaced"
         else:
             assert after[name] == old_id, f"{name} should not have been replaced"
+    assert events, "the engine reported no container events"
     for name in vllm_names:  # the engine removed each old container before creating its new one
-        (destroyed,) = [
-            e["timeNano"] for e in events if e["id"] == before[name] and e["Action"] == "destroy"
-        ]
-        (created,) = [
-            e["timeNano"] for e in events if e["id"] == after[name] and e["Action"] == "create"
-        ]
+        seen = {(e["id"], e["Action"]): e["timeNano"] for e in events}
+        destroyed, created = seen.get((before[name], "destroy")), seen.get((after[name], "create"))
+        assert destroyed and created, (name, before[name], after[name], sorted(seen))
         assert destroyed < created, name
     for vllm in plan.vllm:
         args = docker("inspect", "-f", "{{json .Args}}", vllm.container_name).stdout
