@@ -44,6 +44,9 @@ if ! pulumi stack select "$stack" --non-interactive 2>/dev/null; then
     pulumi config set --stack demo buildArgs '{"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}'
     pulumi config set --stack demo vllmReadyTimeout 300
     pulumi config set --stack demo paddlexReadyTimeout 300
+    # The gateway is never open by accident: the demo gets its own tokens, as Pulumi secrets.
+    pulumi config set --stack demo --secret --path tokens.demo "$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(24))')"
+    pulumi config set --stack demo --secret --path adminTokens.ops "$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(24))')"
   fi
 fi
 
@@ -52,12 +55,14 @@ gateway="$(pulumi stack output --stack "$stack" gateway_url)"
 say "deployed stack '$stack' in $((SECONDS - started)) s"
 
 if [ "$stack" = demo ]; then
+  token="$(pulumi config get --stack demo --path tokens.demo)"
   echo
   echo "== a sample document through the gateway ($gateway/ocr):"
   .venv/bin/python -c 'import sys; from fleetctl.png import encode_png
 sys.stdout.buffer.write(encode_png(64, 32, [bytes([255] * 64)] * 32, rgb=False))' \
     >/tmp/paddleocr-fleet-demo.png
   curl -fsS -X POST "$gateway/ocr" -H 'Content-Type: application/json' \
+    -H "Authorization: Bearer $token" \
     -d "{\"base64\": \"$(base64 -w0 /tmp/paddleocr-fleet-demo.png)\"}" |
     .venv/bin/python -c 'import json, sys; r = json.load(sys.stdin); print(r["text"]); print("(served by", r["upstream"] + ")")'
 fi
@@ -65,7 +70,9 @@ echo
 echo "== upstreams:"
 pulumi stack output --stack "$stack" upstreams --json
 echo
-echo "== call the gateway:"
-echo "  curl -X POST $gateway/ocr -H 'Content-Type: application/json' -d \"{\\\"base64\\\": \\\"\$(base64 -w0 doc.png)\\\"}\""
+echo "== call the gateway (a token: pulumi config get --stack $stack --path tokens.NAME):"
+echo "  export PATH=$pulumi_bin:\$PATH PULUMI_BACKEND_URL=$PULUMI_BACKEND_URL"
+echo "  export PADDLEOCR_FLEET_TOKEN=\$(pulumi config get --stack $stack --path tokens.demo)"
+echo "  curl -X POST $gateway/ocr -H \"Authorization: Bearer \$PADDLEOCR_FLEET_TOKEN\" \\"
+echo "       -H 'Content-Type: application/json' -d \"{\\\"base64\\\": \\\"\$(base64 -w0 doc.png)\\\"}\""
 echo "  fleetctl ocr ./scans --out ./markdown --gateway $gateway"
-echo "  PATH=$pulumi_bin:\$PATH PULUMI_BACKEND_URL=$PULUMI_BACKEND_URL pulumi stack output --stack $stack"
