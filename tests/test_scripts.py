@@ -1,4 +1,4 @@
-"""The README's main job and the toolchain installer, run for real."""
+"""The toolchain installer, run for real (the main job is in tests/e2e/test_main_job.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,8 @@ import stat
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.e2e.pulumi_stack import find_cli
 from tests.pulumi_harness import REPO
 
-UP = REPO / "scripts" / "up.sh"
 INSTALL = REPO / "scripts" / "install-pulumi.sh"
 
 
@@ -55,37 +51,3 @@ def test_install_without_go_and_no_cached_cli_names_what_is_missing(tmp_path):
     result = _run(INSTALL, env, "--prefix", str(tmp_path / "prefix"))
     assert result.returncode == 1
     assert "no Go toolchain on PATH" in result.stderr
-
-
-@pytest.mark.docker
-def test_the_main_job_deploys_the_demo_serves_a_document_and_a_second_run_changes_nothing(
-    docker_engine,
-):
-    if find_cli() is None:
-        pytest.fail("no Pulumi CLI: scripts/test.sh installs one (scripts/install-pulumi.sh)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")}
-    backend = REPO / ".pulumi-state"
-    try:
-        first = _run(UP, env, timeout=1800)
-        assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
-        assert "sim-vllm:" in first.stdout  # the sample document's markdown
-        assert "http://127.0.0.1:9120" in first.stdout  # the upstream list
-        second = _run(UP, env, timeout=900)
-        assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
-        assert "unchanged" in second.stdout and "created" not in second.stdout
-    finally:
-        pulumi = find_cli()
-        subprocess.run(
-            [str(pulumi), "destroy", "--stack", "demo", "--yes", "--non-interactive"],
-            cwd=REPO,
-            env={
-                **env,
-                "PATH": f"{pulumi.parent}:{env['PATH']}",
-                "PULUMI_BACKEND_URL": backend.as_uri(),
-                "PULUMI_CONFIG_PASSPHRASE": "",
-                "PULUMI_SKIP_UPDATE_CHECK": "true",
-            },
-            capture_output=True,
-            check=False,
-            timeout=900,
-        )

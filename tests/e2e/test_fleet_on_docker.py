@@ -127,13 +127,29 @@ def _ports_holders() -> list[str]:
     return [n for n in names if n == GATEWAY_NAME or re.search(r"-19[0-9]{3}-sim-", n)]
 
 
-def container_events(since: float, until: float) -> list[dict]:
-    """The engine's create/destroy events of containers between two times (seconds)."""
-    listed = docker(
-        "events", "--since", f"{since:.3f}", "--until", f"{until:.3f}", "--format", "{{json .}}",
-        "--filter", "type=container", "--filter", "event=create", "--filter", "event=destroy",
-    )  # fmt: skip
-    return [json.loads(line) for line in listed.stdout.splitlines() if line.startswith("{")]
+class ContainerEvents:
+    """The engine's create/destroy events of containers while the block runs, streamed live
+    (the engine keeps only its last few hundred events for later queries)::
+
+        with ContainerEvents() as events:
+            fleet.up(...)
+        events.seen  # {(container id, "create" | "destroy"): time in ns}
+    """
+
+    def __enter__(self) -> ContainerEvents:
+        self.process = subprocess.Popen(
+            ["docker", "events", "--format", "{{json .}}", "--filter", "type=container",
+             "--filter", "event=create", "--filter", "event=destroy"],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(1)  # events of the last moment are still on their way
+        self.process.terminate()
+        out, _ = self.process.communicate(timeout=30)
+        events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        self.seen = {(e["id"], e["Action"]): e["timeNano"] for e in events}
 
 
 def full_ids(names: list[str]) -> dict[str, str]:
@@ -348,9 +364,8 @@ def test_growing_to_two_cards_creates_only_the_new_card_while_clients_are_served
 def test_a_changed_vllm_setting_replaces_exactly_the_vllm_containers_first_deleting(fleet):
     before = full_ids(list(container_ids()))
     fleet.set(maxNumBatchedTokens="8192")
-    since = time.time()
-    steps = fleet.up("changed vLLM setting")
-    events = container_events(since, time.time())
+    with ContainerEvents() as events:
+        steps = fleet.up("changed vLLM setting")
     plan = fleet.plan
     vllm_names = {v.container_name for v in plan.vllm}
     after = full_ids(list(container_ids()))
@@ -359,9 +374,8 @@ def test_a_changed_vllm_setting_replaces_exactly_the_vllm_containers_first_delet
             assert after[name] != old_id, f"{name} was not replaced"
         else:
             assert after[name] == old_id, f"{name} should not have been replaced"
-    assert events, "the engine reported no container events"
+    seen = events.seen
     for name in vllm_names:  # the engine removed each old container before creating its new one
-        seen = {(e["id"], e["Action"]): e["timeNano"] for e in events}
         destroyed, created = seen.get((before[name], "destroy")), seen.get((after[name], "create"))
         assert destroyed and created, (name, before[name], after[name], sorted(seen))
         assert destroyed < created, name
