@@ -153,7 +153,7 @@ class PulumiStack:
         if check and done.returncode != 0:
             raise PulumiError(
                 f"`pulumi {' '.join(argv[1:])}` exited {done.returncode}:\n"
-                f"{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
+                f"{_errors(done.stdout) or done.stdout[-6000:]}\n{done.stderr[-3000:]}"
             )
         return done
 
@@ -196,6 +196,16 @@ class PulumiStack:
     def state(self) -> list[dict[str, Any]]:
         done = self.run(["stack", "export", "--stack", self.name])
         return json.loads(done.stdout)["deployment"].get("resources", [])
+
+
+def _errors(output: str) -> str:
+    """The error diagnostics of a `--json` event stream (what the CLI shows as errors)."""
+    messages = []
+    for line in output.splitlines():
+        if line.startswith("{") and '"severity":"error"' in line:
+            event = json.loads(line).get("diagnosticEvent", {})
+            messages.append(f"{event.get('urn', '')}: {event.get('message', '')}".strip())
+    return "\n".join(messages)
 
 
 def read_steps(path: Path) -> list[Step]:
