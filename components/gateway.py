@@ -4,7 +4,6 @@ is swapped in by `docker exec` (the gateway reloads it without a restart)."""
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,8 +118,8 @@ class Gateway(pulumi.ComponentResource):
         cleanup = command.local.Command(
             f"{name}-image-cleanup",
             create="true",
-            delete=built.repo_digest.apply(
-                lambda digest: f"docker image rm -f {shlex.quote(digest)} >/dev/null 2>&1 || true"
+            delete=pulumi.Output.all(built.image_name, built.repo_digest).apply(
+                lambda parts: render.image_cleanup_command(*parts)
             ),
             environment=host.docker_env,
             triggers=[built.repo_digest],

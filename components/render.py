@@ -285,6 +285,19 @@ def gateway_config_install_command(gateway: GatewayPlan) -> str:
     return shlex.join(["docker", "exec", "-i", gateway.container_name, "sh", "-c", script])
 
 
+def image_cleanup_command(tag: str, image_id: str) -> str:
+    """Removes an image the stack built, never one that anything else still names: the stack's
+    tag if it still points there (on destroy), then the image if no tag is left (a rebuild's
+    predecessor). An image a container still uses stays."""
+    tag_q, id_q = shlex.quote(tag), shlex.quote(image_id)
+    return (
+        f"if [ \"$(docker image inspect -f '{{{{.Id}}}}' {tag_q} 2>/dev/null)\" = {id_q} ]; then "
+        f"docker image rm {tag_q}; fi; "
+        f"if [ \"$(docker image inspect -f '{{{{len .RepoTags}}}}' {id_q} 2>/dev/null)\" = 0 ]; "
+        f"then docker image rm {id_q}; fi; true"
+    )
+
+
 def gateway_argv(gateway: GatewayPlan) -> list[str]:
     return [
         "python",

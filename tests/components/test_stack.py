@@ -250,7 +250,9 @@ def test_the_gateway_image_is_built_from_its_folder_for_its_hosts_platform():
     assert gateway.inputs["image"] == f"paddleocr-fleet/gateway:test@sha256:{'0' * 64}"
     assert "GATEWAY_PORT=9300" in gateway.inputs["envs"]  # what the image's healthcheck probes
     cleanup = recording.named("local-gateway-image-cleanup")
-    assert cleanup.inputs["delete"].startswith("docker image rm -f ")
+    assert cleanup.inputs["delete"] == render.image_cleanup_command(
+        "paddleocr-fleet/gateway:test", f"paddleocr-fleet/gateway:test@sha256:{'0' * 64}"
+    )
     assert cleanup.inputs["environment"] == {"DOCKER_HOST": "unix:///var/run/docker.sock"}
     assert cleanup.urn in gateway.dependencies  # the image goes only after its container
 
