@@ -57,6 +57,13 @@ class Gateway(pulumi.ComponentResource):
             entrypoints=argv[:1],
             command=argv[1:],
             envs=[f"GATEWAY_PORT={gateway.port}"],  # the image's healthcheck probes it
+            volumes=[
+                docker.ContainerVolumeArgs(
+                    host_path=settings.gateway_jobs_dir
+                    or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/jobs",
+                    container_path=render.JOBS_DIR_IN_CONTAINER,
+                )
+            ],
             uploads=[
                 docker.ContainerUploadArgs(file=gateway.config_path, content=self.config_json)
             ],

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import shlex
 from functools import cache
 from pathlib import Path
@@ -31,6 +32,13 @@ CONFIG_TEMPLATES = Path(__file__).resolve().parent.parent / "config"
 PIPELINE_TEMPLATE = CONFIG_TEMPLATES / "pipeline_config_vllm.yaml"
 GATEWAY_DEFAULTS = CONFIG_TEMPLATES / "gateway_defaults.json"
 MODEL_DIR_IN_CONTAINER = "/data"
+JOBS_DIR_IN_CONTAINER = "/var/lib/paddleocr-fleet/jobs"
+
+
+def official_model_name(served_model_name: str) -> str:
+    """The model name the official PaddleOCR API clients ask for: the served model without its
+    size suffix (`PaddleOCR-VL-1.5-0.9B` -> `PaddleOCR-VL-1.5`)."""
+    return re.sub(r"-[0-9.]+B$", "", served_model_name)
 
 
 def vllm_argv(settings: FleetSettings, vllm: VllmInstance) -> list[str]:
@@ -270,6 +278,9 @@ def gateway_config(settings: FleetSettings, upstreams: list[dict[str, Any]]) -> 
     auth = gateway_auth(settings)
     if auth is not None:
         _merge(config.setdefault("auth", {}), auth)
+    jobs = config.setdefault("jobs", {})
+    jobs.setdefault("dir", JOBS_DIR_IN_CONTAINER)
+    jobs.setdefault("model", official_model_name(settings.served_model_name))
     config["upstreams"] = upstreams
     return config
 

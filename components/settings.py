@@ -157,6 +157,11 @@ class FleetSettings(_Model):
     gateway_host: str | None = None
     gateway_image: str | None = None
     gateway_container_name: str = "paddleocr-fleet-gateway"
+    gateway_jobs_dir: str | None = Field(
+        default=None,
+        description="host folder of the gateway's job store (default "
+        "/var/lib/paddleocr-fleet/<stack>/jobs); it outlives the gateway container",
+    )
     gateway: dict[str, Any] = Field(default_factory=dict)
 
     tokens: dict[str, TokenEntry] = Field(default_factory=dict)
@@ -178,10 +183,10 @@ class FleetSettings(_Model):
             _check_token(token)
         return tokens
 
-    @field_validator("model_dir")
+    @field_validator("model_dir", "gateway_jobs_dir")
     @classmethod
-    def _model_dir_absolute(cls, path: str) -> str:
-        if not path.startswith("/"):
+    def _host_dir_absolute(cls, path: str | None) -> str | None:
+        if path is not None and not path.startswith("/"):
             raise ValueError(
                 f"must be an absolute path on the host ({path!r} is relative; Docker mounts "
                 "only absolute host paths)"

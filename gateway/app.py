@@ -2,7 +2,8 @@
 
 Routes (:mod:`gateway.routers`): ``POST /ocr``, ``POST /ocr-file``, ``POST /layout-parsing``,
 ``POST /restructure-pages`` (a user or admin bearer token when tokens are configured),
-``GET /health``, ``GET /ready`` (open), ``GET /upstreams``, ``GET /metrics`` (an admin token).
+``GET /health``, ``GET /ready`` (open), ``GET /upstreams``, ``GET /metrics`` (an admin token),
+and the official PaddleOCR API job routes under ``/api/v2/ocr/`` (:mod:`gateway.jobs`).
 Errors are ``{"error": {"code", "message", ...}, "request_id"}`` with a 4xx/5xx status
 (:mod:`gateway.errors`); ``/docs`` and ``/openapi.json`` describe every route's request and
 response (:mod:`gateway.schemas`).
@@ -25,6 +26,7 @@ from fastapi import FastAPI
 
 from gateway.connections import BodyDeadlineMiddleware
 from gateway.errors import error_response, gateway_error_response, install_exception_handlers
+from gateway.jobs import router as jobs_router
 from gateway.middleware import RequestContextMiddleware
 from gateway.routers import admin, native, ocr
 from gateway.runtime import Runtime
@@ -44,6 +46,7 @@ ROUTES = frozenset(
         "/ready",
         "/upstreams",
         "/metrics",
+        "/api/v2/ocr/jobs",
     }
 )
 
@@ -88,7 +91,7 @@ def create_app(
     )
     app.add_middleware(RequestContextMiddleware, runtime=runtime, routes=ROUTES)
     install_exception_handlers(app)
-    for module in (ocr, native, admin):
+    for module in (ocr, native, admin, jobs_router):
         app.include_router(module.router)
     install_openapi(app)
     return app

@@ -51,6 +51,7 @@ class _Waiter:
     enqueued: float
     tenant: str | None = None
     retry: bool = False
+    background: bool = False
 
 
 class CentralQueue:
@@ -69,16 +70,33 @@ class CentralQueue:
         self._retry_after = retry_after
         self._retries: deque[_Waiter] = deque()
         self._tenants: dict[str | None, deque[_Waiter]] = {}  # in turn order (rotated)
+        # job slices (background): served only when no interactive request waits
+        self._background: dict[str | None, deque[_Waiter]] = {}
         self._count = 0
 
     def __len__(self) -> int:
         return self._count
 
+    def __bool__(self) -> bool:
+        return bool(self._count or self._background)
+
     def waiting(self) -> dict[str | None, int]:
         """First attempts waiting per tenant (retries not included)."""
         return {tenant: len(waiters) for tenant, waiters in self._tenants.items()}
 
+    @property
+    def interactive_waiting(self) -> int:
+        """Waiters that are not background job slices (a background request must queue
+        behind them even when an upstream is free)."""
+        return self._count
+
+    def _lines(self, waiter: _Waiter) -> dict[str | None, deque[_Waiter]]:
+        return self._background if waiter.background else self._tenants
+
     def _add(self, waiter: _Waiter) -> None:
+        if waiter.background:
+            self._background.setdefault(waiter.tenant, deque()).append(waiter)
+            return
         if waiter.retry:
             self._retries.appendleft(waiter)
         else:
@@ -86,14 +104,16 @@ class CentralQueue:
         self._count += 1
 
     def _remove(self, waiter: _Waiter) -> None:
-        line = self._retries if waiter.retry else self._tenants.get(waiter.tenant)
+        lines = self._lines(waiter)
+        line = self._retries if waiter.retry and not waiter.background else lines.get(waiter.tenant)
         if line is None:
             return
         with contextlib.suppress(ValueError):
             line.remove(waiter)
-            self._count -= 1
-        if not waiter.retry and not line:
-            del self._tenants[waiter.tenant]
+            if not waiter.background:
+                self._count -= 1
+        if (waiter.background or not waiter.retry) and not line:
+            del lines[waiter.tenant]
 
     def _make_room(self, tenant: str | None, max_depth: int) -> bool:
         """Whether a newcomer of ``tenant`` may wait in a full queue: it may when another
@@ -128,14 +148,22 @@ class CentralQueue:
         max_depth: int,
         abandon: Callable[[Lease], None],
         tenant: str | None = None,
+        background: bool = False,
     ) -> Lease:
         """Wait up to ``timeout`` seconds for :meth:`dispatch` to lease an upstream not in
         ``exclude``.
 
-        A retry goes before every first attempt and is never refused for depth. A lease
+        A retry goes before every first attempt and is never refused for depth. A
+        ``background`` waiter (a job slice) is served only when no other request waits, fair
+        among tenants, and is never refused for depth (the job runner bounds them). A lease
         handed out just as the caller was cancelled goes back through ``abandon``.
         """
-        if not retry and self._count >= max_depth and not self._make_room(tenant, max_depth):
+        if (
+            not background
+            and not retry
+            and self._count >= max_depth
+            and not self._make_room(tenant, max_depth)
+        ):
             self._reject("full")
             raise QueueFull(
                 f"central queue is full ({self._count} waiting, "
@@ -143,7 +171,7 @@ class CentralQueue:
                 self._retry_after(),
             )
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(loop.create_future(), exclude, self._clock(), tenant, retry)
+        waiter = _Waiter(loop.create_future(), exclude, self._clock(), tenant, retry, background)
         self._add(waiter)
         try:
             async with asyncio.timeout(timeout):
@@ -183,7 +211,7 @@ class CentralQueue:
         in order; then one waiter per tenant in turn, and a tenant served goes to the back.
         """
 
-        def serve(line: deque[_Waiter]) -> bool:
+        def serve(line: deque[_Waiter], counted: bool = True) -> bool:
             """Lease to the first waiter of ``line`` that can use a free upstream."""
             for waiter in line:
                 if waiter.future.done():
@@ -194,7 +222,8 @@ class CentralQueue:
                 chosen = choose(options)
                 waiter.future.set_result(lease(chosen, self._clock() - waiter.enqueued))
                 line.remove(waiter)
-                self._count -= 1
+                if counted:
+                    self._count -= 1
                 if chosen.in_flight >= limit:
                     free.remove(chosen)
                 return True
@@ -202,19 +231,20 @@ class CentralQueue:
 
         while free and serve(self._retries):
             pass
-        while free and self._tenants:
-            served = False
-            for tenant in list(self._tenants):
-                if not free:
+        for lines, counted in ((self._tenants, True), (self._background, False)):
+            while free and lines:
+                served = False
+                for tenant in list(lines):
+                    if not free:
+                        break
+                    line = lines[tenant]
+                    if serve(line, counted):
+                        served = True
+                        del lines[tenant]
+                        if line:
+                            lines[tenant] = line  # to the back of the rotation
+                if not served:
                     break
-                line = self._tenants[tenant]
-                if serve(line):
-                    served = True
-                    del self._tenants[tenant]
-                    if line:
-                        self._tenants[tenant] = line  # to the back of the rotation
-            if not served:
-                break
 
     def _reject(self, reason: str) -> None:
         if self.metrics is not None:

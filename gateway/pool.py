@@ -193,6 +193,7 @@ class UpstreamPool(PoolHealth):
         retry: bool = False,
         bypass_limit: bool = False,
         tenant: str | None = None,
+        background: bool = False,
     ) -> Lease:
         """Lease an upstream not in ``exclude``.
 
@@ -200,7 +201,8 @@ class UpstreamPool(PoolHealth):
         queue for a free upstream (retries first, then the ``tenant`` of each waiting request
         in turn); ``QueueFull`` when the queue is at ``queue_max_depth``, ``QueueTimeout``
         after ``timeout`` seconds. ``bypass_limit`` skips the concurrency limit (cheap calls
-        such as ``/restructure-pages``).
+        such as ``/restructure-pages``). ``background`` (job slices): in ``queue`` mode it
+        waits behind every interactive request, even for a free upstream.
         """
         self._dispatch()
         eligible, _ = self.eligible()
@@ -214,7 +216,7 @@ class UpstreamPool(PoolHealth):
         if bypass_limit or limit == math.inf:
             return self._lease(self._choose(candidates), limited=not bypass_limit)
         free = [u for u in candidates if u.in_flight < limit]
-        if free:
+        if free and not (background and self.queue.interactive_waiting):
             return self._lease(self._choose(free))
         return await self.queue.wait(
             excluded,
@@ -223,6 +225,7 @@ class UpstreamPool(PoolHealth):
             max_depth=self.settings.load_balance.queue_max_depth,
             abandon=lambda lease: self.release(lease, "cancelled", 0.0),
             tenant=tenant,
+            background=background,
         )
 
     def _dispatch(self) -> None:

@@ -79,15 +79,19 @@ class Proxy:
         *,
         bypass_limit: bool = False,
         tenant: str | None = None,
+        background: bool = False,
+        exclude: frozenset[str] = frozenset(),
     ) -> tuple[T, Upstream, list[Attempt]]:
         """Run ``work(client, upstream, attempt_timeout)`` with failover; see module doc.
-        ``tenant`` (the caller's token name) is what the central queue is fair among."""
+        ``tenant`` (the caller's token name) is what the central queue is fair among;
+        ``background`` (job slices) queues behind interactive requests; ``exclude``: upstreams
+        not to try (a job slice that failed there before)."""
         loop = asyncio.get_running_loop()
         client = self._client_getter()
         pool = self.pool
         deadline = loop.time() + settings.http.request_deadline_s
         attempts: list[Attempt] = []
-        tried: set[str] = set()
+        tried: set[str] = set(exclude)
         stop_reason: str | None = None
         free_retry = False  # the previous attempt never reached a live upstream
         pool.begin_request()
@@ -112,6 +116,7 @@ class Proxy:
                             retry=is_retry,
                             bypass_limit=bypass_limit,
                             tenant=tenant,
+                            background=background,
                         )
                     except NoUpstreamAvailable as exc:
                         if not attempts:

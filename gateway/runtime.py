@@ -32,6 +32,8 @@ import httpx
 from gateway.access import Access
 from gateway.health import HealthChecker
 from gateway.inputs import DocumentInspector
+from gateway.jobs.runner import JobRunner
+from gateway.jobs.store import JobStore
 from gateway.metrics import GatewayMetrics
 from gateway.pool import UpstreamPool
 from gateway.proxy import Proxy
@@ -114,6 +116,8 @@ class Runtime:
                 on_result=lambda result: self.metrics.config_reloads.labels(result=result).inc(),
             )
         self._retired: set[asyncio.Task[None]] = set()
+        # the job store and runner (jobs.dir; read at start-up, a reload does not move it)
+        self.jobs: tuple[JobStore, JobRunner] | None = None
 
     def _client(self) -> httpx.AsyncClient:
         if self.client is None:
@@ -139,6 +143,12 @@ class Runtime:
         )
         self._fetch_client = guarded_client(lambda: self.url_guard)
         self.health.start()
+        if self.settings.jobs.dir is not None:
+            store = JobStore(Path(self.settings.jobs.dir))
+            runner = JobRunner(self, store)
+            runner.start()
+            self.jobs = (store, runner)
+            log.info("jobs: store at %s", self.settings.jobs.dir)
         if self.watcher is not None:
             self.watcher.start(poll=self.settings.reload.enabled)
         log.info(
@@ -152,6 +162,11 @@ class Runtime:
         if self.watcher is not None:
             await self.watcher.stop()
         await self.health.stop()
+        if self.jobs is not None:
+            store, runner = self.jobs
+            await runner.stop()
+            store.close()
+            self.jobs = None
         for task in list(self._retired):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

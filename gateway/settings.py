@@ -225,6 +225,27 @@ class ReloadSettings(_Section):
     poll_interval_s: float = Field(1.0, gt=0)
 
 
+class JobsSettings(_Section):
+    """The official PaddleOCR API job protocol (``/api/v2/ocr/jobs``, :mod:`gateway.jobs`).
+
+    ``dir`` null: the job routes answer 503 (off). Read at start-up (a reload does not move
+    the store)."""
+
+    dir: str | None = None  # SQLite (WAL) store plus inputs and results; the Pulumi mount
+    model: str = "PaddleOCR-VL-1.5"  # the model name clients must ask for
+    split_threshold_pages: int = Field(8, ge=1)  # PDFs over this are split into slices
+    max_slice_pages: int = Field(16, ge=1)  # slice size adapts to free capacity, up to this
+    max_pages: int = Field(1000, ge=1)  # pages per job (the hosted service's limit)
+    slice_attempts: int = Field(3, ge=1)  # dispatch rounds of one slice before it is split
+    lease_s: float = Field(30.0, gt=0)  # a slice's lease, renewed while it runs
+    poll_interval_s: float = Field(0.5, gt=0)  # how often the runner looks for work
+    retention_s: float = Field(7 * 86400.0, gt=0)  # finished jobs' inputs and results
+    result_url_ttl_s: float = Field(86400.0, gt=0)  # lifetime of a signed jsonUrl
+    max_disk_bytes: int = Field(20 * 1024**3, ge=1)  # the store's files; over it submit 503
+    public_url: str | None = None  # base of jsonUrl (default: the request's base URL)
+    callbacks_enabled: bool = True  # optional callbackUrl, SSRF-guarded like fileUrl
+
+
 class Settings(_Section):
     """The whole gateway configuration (immutable; a reload builds a new one)."""
 
@@ -239,6 +260,7 @@ class Settings(_Section):
     auth: AuthSettings = AuthSettings()
     server: ServerSettings = ServerSettings()
     reload: ReloadSettings = ReloadSettings()
+    jobs: JobsSettings = JobsSettings()
 
     @field_validator("upstreams", mode="before")
     @classmethod

@@ -382,3 +382,21 @@ def test_a_port_plan_moving_servers_to_free_ports_is_applied():
     assert "vllm-ascend-paddleocr-10025-npu-0" in names and "paddle-10120-npu-0" in names
     # The same slots, so each container is replaced in place (deleted before its successor).
     assert recording.named("local-card-0-vllm-0").inputs["name"].endswith("10025-npu-0")
+
+
+def test_the_gateways_job_store_lives_in_a_host_folder_that_outlives_the_container():
+    recording = record_stack({"cards": "1", "servedModelName": "PaddleOCR-VL-1.5-0.9B"})
+    gateway = recording.named("local-gateway")
+    assert gateway.inputs["volumes"] == [
+        {
+            "hostPath": "/var/lib/paddleocr-fleet/test/jobs",
+            "containerPath": "/var/lib/paddleocr-fleet/jobs",
+        }
+    ]
+    jobs = json.loads(gateway.inputs["uploads"][0]["content"])["jobs"]
+    assert jobs["dir"] == "/var/lib/paddleocr-fleet/jobs"
+    assert jobs["model"] == "PaddleOCR-VL-1.5"  # the official clients' name for the model
+    moved = record_stack({"cards": "1", "gatewayJobsDir": "/srv/ocr-jobs"})
+    assert moved.named("local-gateway").inputs["volumes"][0]["hostPath"] == "/srv/ocr-jobs"
+    with pytest.raises(ConfigError, match="config key 'gatewayJobsDir': must be an absolute"):
+        record_stack({"cards": "1", "gatewayJobsDir": "jobs"})

@@ -126,6 +126,11 @@ def gateway() -> Iterator[RunningGateway]:
 def _schema():
     # the document is static: taken from an app that is not served
     document = create_app(parse_settings({})).openapi()
+    # the job routes answer in the official PaddleOCR API envelope, not the gateway's error
+    # body: tests/gateway/test_jobs_*.py cover them
+    document["paths"] = {
+        path: item for path, item in document["paths"].items() if not path.startswith("/api/v2/")
+    }
     loaded = schemathesis.openapi.from_dict(document)
     loaded.config.generation.update(
         modes=["positive", "negative"], max_examples=MAX_EXAMPLES, database="none"

@@ -1,0 +1,290 @@
+"""The job routes of the official PaddleOCR API, plus our cancel and signed result routes.
+
+``POST /api/v2/ocr/jobs`` (JSON with ``fileUrl``, or multipart with ``file``; ``model``,
+``optionalPayload``, ``pageRanges``, ``batchId`` and our ``callbackUrl``), ``GET
+/api/v2/ocr/jobs/{jobId}``, ``GET /api/v2/ocr/jobs/batch/{batchId}``, ``DELETE
+/api/v2/ocr/jobs/{jobId}`` (cancel) take a bearer token when tokens are configured; a job is
+visible to its own token (and admin tokens) only. ``GET /api/v2/ocr/results/{jobId}.jsonl``
+takes no token: its ``expires`` and HMAC ``sig`` are the capability. Every answer is in the
+official envelope (:mod:`gateway.jobs.protocol`), errors included.
+
+Usage::
+
+    app.include_router(router)       # the runtime's ``jobs`` service must be started
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, Response
+from starlette.datastructures import UploadFile
+
+from gateway.access import AccessError, Principal
+from gateway.documents import SOURCE_FIELDS, resolve_input
+from gateway.errors import request_context
+from gateway.inputs import Document, InputError
+from gateway.jobs.protocol import (
+    ProtocolError,
+    check_result_signature,
+    envelope,
+    envelope_error,
+    job_data,
+    parse_page_ranges,
+    plan_slices,
+    sign_result_url,
+    split_options,
+)
+from gateway.jobs.runner import JobRunner
+from gateway.jobs.store import Job, JobStore
+from gateway.routers.common import read_body
+from gateway.runtime import Runtime
+
+router = APIRouter(tags=["jobs (official PaddleOCR API)"])
+
+JOBS_PATH = "/api/v2/ocr/jobs"
+
+
+def _service(runtime: Runtime) -> tuple[JobStore, JobRunner]:
+    if runtime.jobs is None:
+        raise ProtocolError(503, "jobs are not enabled on this gateway (set jobs.dir)")
+    return runtime.jobs
+
+
+def _principal(request: Request, runtime: Runtime) -> Principal:
+    try:
+        principal = runtime.access.authenticate(request.headers.get("authorization"), admin=False)
+    except AccessError as exc:
+        raise ProtocolError(exc.status, exc.message, exc.headers) from None
+    request_context(request).token = principal.name
+    return principal
+
+
+def _visible(job: Job | None, principal: Principal, job_id: str) -> Job:
+    if job is None or (job.tenant != principal.name and not principal.admin):
+        raise ProtocolError(404, f"job {job_id!r} not found")
+    return job
+
+
+def _json_url(request: Request, runtime: Runtime, store: JobStore, job: Job) -> str | None:
+    if job.state != "done":
+        return None
+    base = runtime.settings.jobs.public_url or str(request.base_url)
+    return sign_result_url(store.key, base, job.id, runtime.settings.jobs.result_url_ttl_s)
+
+
+async def _read_fields(request: Request, runtime: Runtime) -> tuple[dict[str, Any], bytes | None]:
+    """The submission's fields and, for multipart, the uploaded file (else None: ``fileUrl``)."""
+    settings = runtime.settings
+    body = await read_body(request, settings.input.max_request_bytes)
+    if "multipart/form-data" in request.headers.get("content-type", ""):
+        try:
+            form = await request.form(max_part_size=settings.input.max_request_bytes)
+        except Exception as exc:
+            raise ProtocolError(400, f"cannot parse the form: {exc}") from None
+        try:
+            upload = form.get("file")
+            if not isinstance(upload, UploadFile):
+                raise ProtocolError(400, "multipart field 'file' is required")
+            data = await upload.read()
+            fields: dict[str, Any] = {k: v for k, v in form.items() if isinstance(v, str)}
+        finally:
+            await form.close()
+        if "optionalPayload" in fields:
+            try:
+                fields["optionalPayload"] = json.loads(fields["optionalPayload"])
+            except ValueError:
+                raise ProtocolError(400, "optionalPayload is not valid JSON") from None
+        return fields, data
+    try:
+        fields = json.loads(body)
+    except (ValueError, RecursionError):
+        raise ProtocolError(400, "request body is neither JSON nor multipart/form-data") from None
+    if not isinstance(fields, dict):
+        raise ProtocolError(400, "request body must be a JSON object")
+    file_url = fields.get("fileUrl")
+    if not isinstance(file_url, str) or not file_url:
+        raise ProtocolError(400, "fileUrl (a string) is required, or upload 'file' as multipart")
+    return fields, None
+
+
+async def _document(runtime: Runtime, fields: dict[str, Any], data: bytes | None) -> Document:
+    """The uploaded document, or the one at ``fileUrl`` fetched through the URL guard."""
+    settings = runtime.settings
+    if data is not None:
+        return await runtime.inspector.inspect(data, settings.input)
+    sources: dict[str, str | None] = dict.fromkeys(SOURCE_FIELDS)
+    sources["url"] = fields["fileUrl"]
+    return await resolve_input(
+        sources, settings.input, runtime.fetch_client(), runtime.url_guard, runtime.inspector
+    )
+
+
+def _free_capacity(runtime: Runtime) -> int:
+    eligible, _ = runtime.pool.eligible()
+    limit = runtime.settings.load_balance.upstream_concurrency
+    free = sum(max(0, limit - u.in_flight) for u in eligible)
+    return free or len(eligible) * limit
+
+
+def _optional_str(fields: dict[str, Any], name: str) -> str | None:
+    value = fields.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str | int):
+        raise ProtocolError(400, f"{name} must be a string")
+    return str(value)
+
+
+async def _submit(request: Request, runtime: Runtime, principal: Principal) -> Response:
+    store, runner = _service(runtime)
+    jobs = runtime.settings.jobs
+    fields, upload = await _read_fields(request, runtime)
+    model = fields.get("model") or jobs.model
+    if model != jobs.model:
+        raise ProtocolError(
+            400, f"model {model!r} is not served here; offered models: {jobs.model}"
+        )
+    layout, restructure = split_options(fields.get("optionalPayload"))
+    callback = _optional_str(fields, "callbackUrl")
+    if callback is not None:
+        if not jobs.callbacks_enabled:
+            raise ProtocolError(400, "callbackUrl is disabled (jobs.callbacks_enabled)")
+        if not callback.startswith(("http://", "https://")):
+            raise ProtocolError(400, "callbackUrl must be an http or https URL")
+    batch_id = _optional_str(fields, "batchId")
+    doc = await _document(runtime, fields, upload)
+    pages = parse_page_ranges(_optional_str(fields, "pageRanges"), doc.pages or 1)
+    if len(pages) > jobs.max_pages:
+        raise ProtocolError(
+            413, f"{len(pages)} pages, the limit is {jobs.max_pages} (jobs.max_pages)"
+        )
+    if store.disk_bytes() + len(doc.data) > jobs.max_disk_bytes:
+        raise ProtocolError(
+            503,
+            f"the job store is full (jobs.max_disk_bytes={jobs.max_disk_bytes}); retry later",
+            {"Retry-After": "60"},
+        )
+    job = Job(
+        id=f"job-{secrets.token_hex(12)}",
+        batch_id=batch_id,
+        tenant=principal.name,
+        model=model,
+        state="pending",
+        kind=doc.kind,
+        pages=pages,
+        options={"layout": layout, "restructure": restructure},
+        callback_url=callback,
+        error=None,
+        created=time.time(),
+        started=None,
+        finished=None,
+        extracted=0,
+    )
+    slices = plan_slices(
+        len(pages), jobs.split_threshold_pages, jobs.max_slice_pages, _free_capacity(runtime)
+    )
+    if doc.kind != "pdf":
+        slices = [(0, 1)]
+    try:
+        await asyncio.to_thread(store.create_job, job, doc.data, slices)
+    except OSError as exc:
+        store.input_path(job.id).unlink(missing_ok=True)
+        raise ProtocolError(503, f"cannot store the job: {exc}", {"Retry-After": "60"}) from None
+    runner.wake()
+    return envelope({"jobId": job.id, **({"batchId": job.batch_id} if job.batch_id else {})})
+
+
+async def _guarded(request: Request, action: Any) -> Response:
+    """Run a route body, answering ProtocolError and InputError in the envelope."""
+    try:
+        return await action()
+    except ProtocolError as exc:
+        return envelope_error(exc.status, exc.message, exc.headers)
+    except InputError as exc:
+        return envelope_error(exc.status, f"{exc.code}: {exc.message}")
+
+
+@router.post(JOBS_PATH, summary="Submit a document parsing job (official PaddleOCR API)")
+async def submit_job(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+
+    async def action() -> Response:
+        principal = _principal(request, runtime)
+        try:
+            runtime.access.admit(principal)
+        except AccessError as exc:
+            raise ProtocolError(exc.status, exc.message, exc.headers) from None
+        try:
+            return await _submit(request, runtime, principal)
+        finally:
+            runtime.access.release(principal)
+
+    return await _guarded(request, action)
+
+
+@router.get(JOBS_PATH + "/batch/{batch_id}", summary="The status of every job of a batch")
+async def batch_status(request: Request, batch_id: str) -> Response:
+    runtime: Runtime = request.app.state.runtime
+
+    async def action() -> Response:
+        principal = _principal(request, runtime)
+        store, _ = _service(runtime)
+        jobs = [j for j in store.batch(batch_id) if j.tenant == principal.name or principal.admin]
+        if not jobs:
+            raise ProtocolError(404, f"batch {batch_id!r} not found")
+        items = [job_data(j, _json_url(request, runtime, store, j)) for j in jobs]
+        return envelope({"batchId": batch_id, "extractResult": items})
+
+    return await _guarded(request, action)
+
+
+@router.get(JOBS_PATH + "/{job_id}", summary="A job's state, progress and result URL")
+async def job_status(request: Request, job_id: str) -> Response:
+    runtime: Runtime = request.app.state.runtime
+
+    async def action() -> Response:
+        principal = _principal(request, runtime)
+        store, _ = _service(runtime)
+        job = _visible(store.get(job_id), principal, job_id)
+        return envelope(job_data(job, _json_url(request, runtime, store, job)))
+
+    return await _guarded(request, action)
+
+
+@router.delete(JOBS_PATH + "/{job_id}", summary="Cancel a job (this gateway's extension)")
+async def cancel_job(request: Request, job_id: str) -> Response:
+    runtime: Runtime = request.app.state.runtime
+
+    async def action() -> Response:
+        principal = _principal(request, runtime)
+        store, runner = _service(runtime)
+        _visible(store.get(job_id), principal, job_id)
+        store.fail(job_id, "cancelled by the caller")
+        runner.wake()
+        job = _visible(store.get(job_id), principal, job_id)
+        return envelope(job_data(job, _json_url(request, runtime, store, job)))
+
+    return await _guarded(request, action)
+
+
+@router.get("/api/v2/ocr/results/{job_id}.jsonl", summary="A done job's result (signed URL)")
+async def job_result(request: Request, job_id: str, expires: str = "", sig: str = "") -> Response:
+    runtime: Runtime = request.app.state.runtime
+
+    async def action() -> Response:
+        store, _ = _service(runtime)
+        if not check_result_signature(store.key, job_id, expires, sig):
+            raise ProtocolError(403, "the result URL is invalid or has expired")
+        job = store.get(job_id)
+        path = store.result_path(job_id)
+        if job is None or job.state != "done" or not path.is_file():
+            raise ProtocolError(404, f"no result for job {job_id!r}")
+        return FileResponse(path, media_type="application/jsonl; charset=utf-8")
+
+    return await _guarded(request, action)

@@ -1,0 +1,414 @@
+"""The job store: SQLite in WAL mode plus files under ``jobs.dir``.
+
+Layout: ``jobs.sqlite3`` (jobs and their page slices), ``key`` (the HMAC key of result URLs,
+made once, mode 0600), ``inputs/<jobId>`` (the document), ``pages/<jobId>/<first>.json`` (the
+page results of one slice), ``results/<jobId>.jsonl`` (the assembled result). Every file is
+written to a temporary name and renamed, so a killed process leaves no half-written file under
+a real name. A job row is inserted only after its input is on disk.
+
+Several gateway processes may share one store: every state change is one transaction
+(``BEGIN IMMEDIATE``), and a slice or an assembly is leased to one process at a time
+(``owner``, ``lease_until``); a lease that is not renewed expires and the work is taken over.
+
+Usage::
+
+    store = JobStore(Path("/var/lib/paddleocr-fleet/jobs"))
+    store.create_job(job, data, slices)            # durable when it returns
+    claim = store.claim_slice("owner-1", lease_s=30)
+    store.finish_slice(claim, pages, "owner-1")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY, batch_id TEXT, tenant TEXT, model TEXT NOT NULL,
+  state TEXT NOT NULL, kind TEXT NOT NULL, pages TEXT NOT NULL, options TEXT NOT NULL,
+  callback_url TEXT, error TEXT, created REAL NOT NULL, started REAL, finished REAL,
+  extracted INTEGER NOT NULL DEFAULT 0, bytes INTEGER NOT NULL DEFAULT 0,
+  owner TEXT, lease_until REAL, callback_sent INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_batch ON jobs(batch_id);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE TABLE IF NOT EXISTS slices (
+  job_id TEXT NOT NULL, first INTEGER NOT NULL, count INTEGER NOT NULL,
+  state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, failed TEXT NOT NULL DEFAULT '[]',
+  owner TEXT, lease_until REAL, PRIMARY KEY (job_id, first)
+);
+"""
+
+ACTIVE = ("pending", "running")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job row; ``pages`` are the 0-based document pages it covers, in order."""
+
+    id: str
+    batch_id: str | None
+    tenant: str | None
+    model: str
+    state: str
+    kind: str
+    pages: list[int]
+    options: dict[str, Any]
+    callback_url: str | None
+    error: str | None
+    created: float
+    started: float | None
+    finished: float | None
+    extracted: int
+
+
+@dataclass(frozen=True)
+class SliceClaim:
+    """A slice leased to one process: positions ``first .. first+count-1`` of ``job.pages``."""
+
+    job: Job
+    first: int
+    count: int
+    attempts: int
+    failed: list[str]
+
+
+def _job(row: sqlite3.Row) -> Job:
+    return Job(
+        id=row["id"],
+        batch_id=row["batch_id"],
+        tenant=row["tenant"],
+        model=row["model"],
+        state=row["state"],
+        kind=row["kind"],
+        pages=json.loads(row["pages"]),
+        options=json.loads(row["options"]),
+        callback_url=row["callback_url"],
+        error=row["error"],
+        created=row["created"],
+        started=row["started"],
+        finished=row["finished"],
+        extracted=row["extracted"],
+    )
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file, fsynced, then renamed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+class JobStore:
+    """See module doc. Calls are short and synchronous (SQLite on local disk)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        for sub in ("inputs", "pages", "results"):
+            (root / sub).mkdir(exist_ok=True)
+        self.key = self._load_key()
+        self._db = sqlite3.connect(
+            root / "jobs.sqlite3", timeout=30, isolation_level=None, check_same_thread=False
+        )
+        self._db.row_factory = sqlite3.Row
+        # one connection for the event loop and the threads that store inputs
+        self._lock = threading.RLock()
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _load_key(self) -> bytes:
+        path = self.root / "key"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(secrets.token_bytes(32))
+                handle.flush()
+                os.fsync(handle.fileno())
+        for _ in range(50):  # another process may be writing it right now
+            key = path.read_bytes()
+            if len(key) == 32:
+                return key
+            time.sleep(0.02)
+        raise RuntimeError(f"{path}: not a 32-byte key")
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # ------------------------------------------------------------------ paths
+    def input_path(self, job_id: str) -> Path:
+        return self.root / "inputs" / job_id
+
+    def pages_path(self, job_id: str, first: int) -> Path:
+        return self.root / "pages" / job_id / f"{first}.json"
+
+    def result_path(self, job_id: str) -> Path:
+        return self.root / "results" / f"{job_id}.jsonl"
+
+    # ------------------------------------------------------------------ jobs
+    def disk_bytes(self) -> int:
+        """Bytes of inputs, page results and results the store holds (as recorded)."""
+        return int(self._query("SELECT COALESCE(SUM(bytes), 0) FROM jobs")[0][0])
+
+    def create_job(self, job: Job, data: bytes, slices: list[tuple[int, int]]) -> None:
+        """Store the input, then the job and its slices in one transaction."""
+        write_atomic(self.input_path(job.id), data)
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO jobs (id, batch_id, tenant, model, state, kind, pages, options,"
+                " callback_url, created, bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    job.id, job.batch_id, job.tenant, job.model, "pending", job.kind,
+                    json.dumps(job.pages), json.dumps(job.options), job.callback_url,
+                    job.created, len(data),
+                ),
+            )  # fmt: skip
+            db.executemany(
+                "INSERT INTO slices (job_id, first, count, state) VALUES (?,?,?,'pending')",
+                [(job.id, first, count) for first, count in slices],
+            )
+
+    def get(self, job_id: str) -> Job | None:
+        rows = self._query("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        return _job(rows[0]) if rows else None
+
+    def batch(self, batch_id: str) -> list[Job]:
+        rows = self._query(
+            "SELECT * FROM jobs WHERE batch_id = ? ORDER BY created, id", (batch_id,)
+        )
+        return [_job(row) for row in rows]
+
+    def fail(self, job_id: str, error: str) -> bool:
+        """Mark an active job failed (cancel included); False when it was already finished."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE jobs SET state='failed', error=?, finished=? WHERE id=? AND state IN"
+                " ('pending','running')",
+                (error, time.time(), job_id),
+            )
+            db.execute("DELETE FROM slices WHERE job_id=?", (job_id,))
+            if cur.rowcount:
+                db.execute("UPDATE jobs SET bytes=0 WHERE id=?", (job_id,))
+        if cur.rowcount:
+            self.input_path(job_id).unlink(missing_ok=True)
+            shutil.rmtree(self.root / "pages" / job_id, ignore_errors=True)
+        return cur.rowcount > 0
+
+    # ------------------------------------------------------------------ slices
+    def claim_slice(self, owner: str, lease_s: float) -> SliceClaim | None:
+        """Lease the next slice: the tenant with the fewest slices running goes first, then
+        the oldest job, then page order. Expired leases count as free."""
+        now = time.time()
+        with self._tx() as db:
+            rows = db.execute(
+                "SELECT s.job_id, s.first, s.count, s.attempts, s.failed, j.tenant, j.created"
+                " FROM slices s JOIN jobs j ON j.id = s.job_id WHERE j.state IN"
+                " ('pending','running') AND (s.state='pending' OR (s.state='running' AND"
+                " s.lease_until < ?)) ORDER BY j.created, s.first LIMIT 500",
+                (now,),
+            ).fetchall()
+            if not rows:
+                return None
+            running: dict[str | None, int] = {}
+            for tenant, n in db.execute(
+                "SELECT j.tenant, COUNT(*) FROM slices s JOIN jobs j ON j.id = s.job_id"
+                " WHERE s.state='running' AND s.lease_until >= ? GROUP BY j.tenant",
+                (now,),
+            ):
+                running[tenant] = n
+            row = min(rows, key=lambda r: running.get(r["tenant"], 0))  # stable: oldest first
+            db.execute(
+                "UPDATE slices SET state='running', owner=?, lease_until=? WHERE job_id=? AND"
+                " first=?",
+                (owner, now + lease_s, row["job_id"], row["first"]),
+            )
+            db.execute(
+                "UPDATE jobs SET state='running', started=COALESCE(started, ?) WHERE id=?",
+                (now, row["job_id"]),
+            )
+            job = _job(db.execute("SELECT * FROM jobs WHERE id=?", (row["job_id"],)).fetchone())
+        return SliceClaim(
+            job, row["first"], row["count"], row["attempts"], json.loads(row["failed"])
+        )
+
+    def renew(self, claim: SliceClaim, owner: str, lease_s: float) -> bool:
+        """Extend a slice's lease; False when it is no longer ours (or the job ended)."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE slices SET lease_until=? WHERE job_id=? AND first=? AND owner=? AND"
+                " state='running' AND job_id IN (SELECT id FROM jobs WHERE state='running')",
+                (time.time() + lease_s, claim.job.id, claim.first, owner),
+            )
+        return cur.rowcount > 0
+
+    def finish_slice(self, claim: SliceClaim, pages: list[dict[str, Any]], owner: str) -> bool:
+        """Store a slice's page results, then mark it done; False when it was not ours."""
+        data = json.dumps(pages, ensure_ascii=False).encode()
+        write_atomic(self.pages_path(claim.job.id, claim.first), data)
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE slices SET state='done', owner=NULL WHERE job_id=? AND first=? AND"
+                " owner=? AND state='running'",
+                (claim.job.id, claim.first, owner),
+            )
+            if cur.rowcount:
+                db.execute(
+                    "UPDATE jobs SET extracted = extracted + ?, bytes = bytes + ? WHERE id=?",
+                    (claim.count, len(data), claim.job.id),
+                )
+        return cur.rowcount > 0
+
+    def retry_slice(
+        self, claim: SliceClaim, owner: str, failed: list[str], counted: bool, split: bool
+    ) -> None:
+        """Give a slice back: ``counted`` adds an attempt, ``split`` replaces it by one slice
+        per page (attempts reset, the upstreams that failed it remembered)."""
+        with self._tx() as db:
+            mine = db.execute(
+                "SELECT 1 FROM slices WHERE job_id=? AND first=? AND owner=? AND state='running'",
+                (claim.job.id, claim.first, owner),
+            ).fetchone()
+            if mine is None:
+                return
+            if split:
+                db.execute(
+                    "DELETE FROM slices WHERE job_id=? AND first=?", (claim.job.id, claim.first)
+                )
+                db.executemany(
+                    "INSERT INTO slices (job_id, first, count, state, failed) VALUES"
+                    " (?,?,1,'pending',?)",
+                    [
+                        (claim.job.id, first, json.dumps(failed))
+                        for first in range(claim.first, claim.first + claim.count)
+                    ],
+                )
+                return
+            db.execute(
+                "UPDATE slices SET state='pending', owner=NULL, attempts=attempts+?, failed=?"
+                " WHERE job_id=? AND first=?",
+                (int(counted), json.dumps(failed), claim.job.id, claim.first),
+            )
+
+    # ------------------------------------------------------------------ assembly
+    def claim_assembly(self, owner: str, lease_s: float) -> Job | None:
+        """Lease a running job whose slices are all done, to assemble its result."""
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT * FROM jobs j WHERE state='running' AND (owner IS NULL OR lease_until < ?)"
+                " AND NOT EXISTS (SELECT 1 FROM slices s WHERE s.job_id=j.id AND s.state!='done')"
+                " ORDER BY created LIMIT 1",
+                (now,),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute(
+                "UPDATE jobs SET owner=?, lease_until=? WHERE id=?",
+                (owner, now + lease_s, row["id"]),
+            )
+        return _job(row)
+
+    def renew_assembly(self, job_id: str, owner: str, lease_s: float) -> bool:
+        """Extend an assembly's lease; False when it is no longer ours (or the job ended)."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE jobs SET lease_until=? WHERE id=? AND owner=? AND state='running'",
+                (time.time() + lease_s, job_id, owner),
+            )
+        return cur.rowcount > 0
+
+    def release_owner(self, owner: str) -> None:
+        """Give back every lease ``owner`` holds (a process stopping cleanly), so that another
+        process need not wait for them to expire."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE slices SET state='pending', owner=NULL WHERE owner=? AND state='running'",
+                (owner,),
+            )
+            db.execute("UPDATE jobs SET owner=NULL, lease_until=NULL WHERE owner=?", (owner,))
+
+    def slice_firsts(self, job_id: str) -> list[int]:
+        rows = self._query("SELECT first FROM slices WHERE job_id=? ORDER BY first", (job_id,))
+        return [row[0] for row in rows]
+
+    def finish_job(self, job_id: str, result: bytes, owner: str) -> bool:
+        """Store the assembled result and mark the job done (its page files are dropped)."""
+        write_atomic(self.result_path(job_id), result)
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE jobs SET state='done', finished=?, owner=NULL, bytes=? WHERE id=? AND"
+                " owner=? AND state='running'",
+                (time.time(), len(result), job_id, owner),
+            )
+        if cur.rowcount:
+            shutil.rmtree(self.root / "pages" / job_id, ignore_errors=True)
+            self.input_path(job_id).unlink(missing_ok=True)
+        return cur.rowcount > 0
+
+    def callbacks_due(self) -> list[Job]:
+        rows = self._query(
+            "SELECT * FROM jobs WHERE state IN ('done','failed') AND callback_url IS NOT NULL"
+            " AND callback_sent=0"
+        )
+        return [_job(row) for row in rows]
+
+    def mark_callback(self, job_id: str) -> bool:
+        """Take a callback to send (once across processes); False when another took it."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE jobs SET callback_sent=1 WHERE id=? AND callback_sent=0", (job_id,)
+            )
+        return cur.rowcount > 0
+
+    def purge(self, older_than: float) -> int:
+        """Delete finished jobs (rows and files) that finished before ``older_than``."""
+        with self._tx() as db:
+            ids = [
+                row[0]
+                for row in db.execute(
+                    "SELECT id FROM jobs WHERE state IN ('done','failed') AND finished < ?",
+                    (older_than,),
+                )
+            ]
+            db.executemany("DELETE FROM slices WHERE job_id=?", [(i,) for i in ids])
+            db.executemany("DELETE FROM jobs WHERE id=?", [(i,) for i in ids])
+        for job_id in ids:
+            self.input_path(job_id).unlink(missing_ok=True)
+            self.result_path(job_id).unlink(missing_ok=True)
+            shutil.rmtree(self.root / "pages" / job_id, ignore_errors=True)
+        return len(ids)

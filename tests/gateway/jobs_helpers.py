@@ -1,0 +1,94 @@
+"""Helpers of the job tests: configs, PDFs whose pages can be told apart, bounded polling."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pypdf import PdfWriter
+
+from tests.gateway.conftest import gateway_config
+
+TOKEN = "team-a-secret"
+OTHER_TOKEN = "team-b-secret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def jobs_config(upstreams: list[str], jobs_dir: Path, **sections: Any) -> dict[str, Any]:
+    """A queue-mode gateway config with tokens and a job store in ``jobs_dir``."""
+    base: dict[str, Any] = {
+        "load_balance": {"mode": "queue"},
+        "auth": {
+            "tokens": [
+                {"name": "team-a", "sha256": sha(TOKEN)},
+                {"name": "team-b", "sha256": sha(OTHER_TOKEN)},
+            ]
+        },
+        "jobs": {
+            "dir": str(jobs_dir),
+            "split_threshold_pages": 4,
+            "max_slice_pages": 4,
+            "lease_s": 2,
+            "poll_interval_s": 0.1,
+        },
+    }
+    for key, value in sections.items():
+        base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
+    return gateway_config(upstreams, **base)
+
+
+def numbered_pdf(pages: int) -> bytes:
+    """A PDF whose page i (0-based) is 100 + i points wide: the doubles report width 2x that,
+    so each result page shows which document page it came from."""
+    writer = PdfWriter()
+    for index in range(pages):
+        writer.add_blank_page(width=100 + index, height=300)
+    buf = io.BytesIO()
+    writer.write(buf)
+    return buf.getvalue()
+
+
+def source_page(result_page: dict[str, Any]) -> int:
+    """The 0-based document page a result page (from :func:`numbered_pdf`) came from."""
+    return result_page["prunedResult"]["width"] // 2 - 100
+
+
+def wait_job(
+    client: httpx.Client,
+    job_id: str,
+    *,
+    states: tuple[str, ...] = ("done", "failed"),
+    headers: dict[str, str] | None = None,
+    limit_s: float = 60.0,
+) -> dict[str, Any]:
+    """Poll a job's status until its state is one of ``states`` (bounded)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        answer = client.get(f"/api/v2/ocr/jobs/{job_id}", headers=headers or AUTH)
+        assert answer.status_code == 200, answer.text
+        data = answer.json()["data"]
+        if data["state"] in states:
+            return data
+        assert time.monotonic() < deadline, f"job {job_id} still {data['state']}: {data}"
+        time.sleep(0.05)
+
+
+def read_jsonl(url: str) -> list[dict[str, Any]]:
+    """The JSON Lines result at a signed URL, fetched with no auth header."""
+    import json
+
+    answer = httpx.get(url, timeout=30, trust_env=False)
+    assert answer.status_code == 200, answer.text
+    return [json.loads(line) for line in answer.text.splitlines() if line.strip()]
+
+
+def result_pages(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [page for line in lines for page in line["result"]["layoutParsingResults"]]
