@@ -63,6 +63,7 @@ def fleet_config(model_dir: str) -> dict[str, str]:
         "paddlexBasePort": str(PADDLEX_BASE),
         "gatewayPort": str(GATEWAY_PORT),
         "gatewayContainerName": GATEWAY_NAME,
+        "gatewayJobsDir": tempfile.mkdtemp(prefix="paddleocr-fleet-jobs-"),
         # No image registry here: the gateway image builds on the local base image.
         "buildArgs": json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
         "vllmReadyTimeout": "180",

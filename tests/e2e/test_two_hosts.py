@@ -64,6 +64,7 @@ def two_host_config(model_dir: str, host_b: NetnsHost) -> dict[str, str]:
         "gatewayPort": "29101",
         "gatewayContainerName": "paddleocr-fleet-gateway-two-hosts",
         "gatewayImage": "paddleocr-fleet/gateway:latest",
+        "gatewayJobsDir": f"{model_dir}/jobs",
         "allowOpenAccess": "true",  # a test gateway: no tokens
         "vllmReadyTimeout": "180",
         "paddlexReadyTimeout": "180",
