@@ -114,6 +114,17 @@ def removed_unless_named_elsewhere(image_id: str) -> bool:
     return bool(names) and f"paddleocr-fleet/gateway:{STACK}" not in names
 
 
+def wait_until_all_healthy(fleet: Fleet, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        states = {u["url"]: u["state"] for u in gateway_upstreams(fleet)}
+        if len(states) == len(fleet.plan.paddlex) and set(states.values()) == {"healthy"}:
+            return
+        time.sleep(1)
+    raise AssertionError(f"the gateway does not see every upstream healthy: {states}")
+
+
 def gateway_upstreams(fleet: Fleet) -> list[dict]:
     answer = httpx.get(f"{fleet.gateway}/upstreams", headers=ADMIN, timeout=10)
     assert answer.status_code == 200, answer.text
@@ -393,7 +404,9 @@ def test_a_changed_vllm_setting_replaces_exactly_the_vllm_containers_first_delet
     for vllm in plan.vllm:
         args = docker("inspect", "-f", "{{json .Args}}", vllm.container_name).stdout
         assert "8192" in args
-    # The PaddleX services bound to the new vLLM were started again and serve.
+    # The PaddleX services bound to the new vLLM were started again and serve: once the
+    # gateway's own probes see them back (they were down while restarting), every one answers.
+    wait_until_all_healthy(fleet)
     restarted = {
         s.name for s in steps if s.name.endswith("-start") and s.op == "create-replacement"
     }
