@@ -199,11 +199,7 @@ class JobRunner:
             response = await client.post(
                 upstream.url + "/layout-parsing", json=body, timeout=timeout
             )
-            raise_for_upstream_status(response)
-            try:
-                pages = response.json()["result"]["layoutParsingResults"]
-            except (ValueError, KeyError, TypeError):
-                raise UpstreamFailure("protocol_error", "no layoutParsingResults", 200) from None
+            pages = _parsing_results(response)
             if not isinstance(pages, list) or len(pages) != claim.count:
                 got = len(pages) if isinstance(pages, list) else 0
                 raise UpstreamFailure("truncated", f"{got} of {claim.count} pages came back", 502)
@@ -308,11 +304,7 @@ class JobRunner:
             response = await client.post(
                 upstream.url + "/restructure-pages", json=body, timeout=timeout
             )
-            raise_for_upstream_status(response)
-            try:
-                merged = response.json()["result"]["layoutParsingResults"]
-            except (ValueError, KeyError, TypeError):
-                raise UpstreamFailure("protocol_error", "no layoutParsingResults", 200) from None
+            merged = _parsing_results(response)
             if not isinstance(merged, list) or len(merged) != len(pages):
                 raise UpstreamFailure("protocol_error", "page count changed in restructure", 200)
             return merged
@@ -336,3 +328,12 @@ class JobRunner:
             log.info("job %s: callback answered %d", job.id, response.status_code)
         except Exception as exc:
             log.warning("job %s: callback failed: %s", job.id, exc)
+
+
+def _parsing_results(response: httpx.Response) -> Any:
+    """`result.layoutParsingResults` of a PaddleX answer (a 2xx), or a protocol failure."""
+    raise_for_upstream_status(response)
+    try:
+        return response.json()["result"]["layoutParsingResults"]
+    except (ValueError, KeyError, TypeError):
+        raise UpstreamFailure("protocol_error", "no layoutParsingResults", 200) from None
