@@ -39,15 +39,12 @@ from gateway.attempts import (
 )
 from gateway.central_queue import QueueFull, QueueTimeout
 from gateway.inputs import Document
+from gateway.paddlex_api import TRUNCATION_HINT, layout_body, markdown_text, restructure_body
 from gateway.pool import NoUpstreamAvailable, UpstreamPool
 from gateway.settings import Settings
 from gateway.upstream import Lease, Upstream
 
 T = TypeVar("T")
-
-TRUNCATION_HINT = (
-    "set 'Serving: {extra: {max_num_input_imgs: null}}' in that instance's pipeline config"
-)
 
 
 @dataclass
@@ -57,6 +54,7 @@ class OcrResult:
     log_id: str | None
     upstream: str = ""
     attempts: list[Attempt] = field(default_factory=list)
+    slices: int = 1  # page slices the PDF was parsed in (gateway.fanout)
 
 
 def _http_timeout(settings: Settings, timeout: float) -> httpx.Timeout:
@@ -284,13 +282,9 @@ class Proxy:
         """Both PaddleX steps for one document on the same upstream, with failover."""
 
         async def work(client: httpx.AsyncClient, upstream: Upstream, timeout: float) -> OcrResult:
-            body = {
-                **(options or {}),
-                "file": doc.b64(),
-                "fileType": doc.file_type,
-                "visualize": False,
-                "logId": request_id,
-            }
+            body = layout_body(
+                doc.b64(), doc.kind == "pdf", request_id, {**(options or {}), "visualize": False}
+            )
             parsed = await self._post_json(
                 client, upstream.url + "/layout-parsing", body, settings, timeout
             )
@@ -314,17 +308,7 @@ class Proxy:
                     502,
                     retryable=False,
                 )
-            try:
-                restructure_pages = [
-                    {
-                        "prunedResult": page["prunedResult"],
-                        "markdownImages": (page.get("markdown") or {}).get("images") or {},
-                    }
-                    for page in pages
-                ]
-            except (KeyError, TypeError, AttributeError):
-                raise UpstreamFailure("protocol_error", "page without prunedResult", 200) from None
-            body2 = {"pages": restructure_pages, "concatenatePages": True, "logId": request_id}
+            body2 = restructure_body(pages, concatenatePages=True, logId=request_id)
             try:
                 merged = await self._post_json(
                     client, upstream.url + "/restructure-pages", body2, settings, timeout
@@ -335,12 +319,7 @@ class Proxy:
                     f"/restructure-pages HTTP {exc.status}: {exc.message}",
                     exc.status,
                 ) from None
-            try:
-                text = merged["result"]["layoutParsingResults"][0]["markdown"]["text"]
-            except (KeyError, IndexError, TypeError):
-                raise UpstreamFailure(
-                    "protocol_error", "/restructure-pages result without markdown text", 200
-                ) from None
+            text = markdown_text(merged["result"].get("layoutParsingResults"))
             return OcrResult(text=str(text), pages=len(pages), log_id=parsed.get("logId"))
 
         result, upstream, attempts = await self.run(settings, work, tenant=tenant)

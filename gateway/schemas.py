@@ -55,6 +55,7 @@ class OcrResponse(BaseModel):
     upstream: str
     attempts: int
     pages: int
+    slices: int = Field(1, description="page slices parsed on different upstreams at once")
     file_type: Literal["pdf", "image"]
     request_id: str
     log_id: str | None = None

@@ -225,6 +225,15 @@ class ReloadSettings(_Section):
     poll_interval_s: float = Field(1.0, gt=0)
 
 
+class FanoutSettings(_Section):
+    """Page slices of long PDFs over several instances (:mod:`gateway.fanout`), for jobs and,
+    with ``sync``, for ``/ocr`` and ``/ocr-file``."""
+
+    threshold_pages: int = Field(8, ge=1)  # PDFs of more pages than this are split
+    max_slice_pages: int = Field(16, ge=1)  # slice size adapts to free capacity, up to this
+    sync: bool = True  # /ocr and /ocr-file fan out too (jobs always do)
+
+
 class JobsSettings(_Section):
     """The official PaddleOCR API job protocol (``/api/v2/ocr/jobs``, :mod:`gateway.jobs`).
 
@@ -233,8 +242,6 @@ class JobsSettings(_Section):
 
     dir: str | None = None  # SQLite (WAL) store plus inputs and results; the Pulumi mount
     model: str = "PaddleOCR-VL-1.5"  # the model name clients must ask for
-    split_threshold_pages: int = Field(8, ge=1)  # PDFs over this are split into slices
-    max_slice_pages: int = Field(16, ge=1)  # slice size adapts to free capacity, up to this
     max_pages: int = Field(1000, ge=1)  # pages per job (the hosted service's limit)
     slice_attempts: int = Field(3, ge=1)  # dispatch rounds of one slice before it is split
     lease_s: float = Field(30.0, gt=0)  # a slice's lease, renewed while it runs
@@ -260,6 +267,7 @@ class Settings(_Section):
     auth: AuthSettings = AuthSettings()
     server: ServerSettings = ServerSettings()
     reload: ReloadSettings = ReloadSettings()
+    fanout: FanoutSettings = FanoutSettings()
     jobs: JobsSettings = JobsSettings()
 
     @field_validator("upstreams", mode="before")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -118,15 +117,6 @@ def split_options(payload: Any) -> tuple[dict[str, Any], dict[str, Any]]:
                 400, f"optionalPayload.{key} is not an option of this service's model"
             )
     return layout, restructure
-
-
-def plan_slices(count: int, threshold: int, max_slice: int, free: int) -> list[tuple[int, int]]:
-    """(first position, count) slices of a job of ``count`` pages: one slice up to
-    ``threshold`` pages; else spread over ``free`` instances, at most ``max_slice`` each."""
-    if count <= threshold:
-        return [(0, count)]
-    size = max(1, min(max_slice, math.ceil(count / max(1, free))))
-    return [(first, min(size, count - first)) for first in range(0, count, size)]
 
 
 def _signature(key: bytes, job_id: str, expires: int) -> str:

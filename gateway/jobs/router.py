@@ -28,6 +28,7 @@ from starlette.datastructures import UploadFile
 from gateway.access import AccessError, Principal
 from gateway.documents import SOURCE_FIELDS, resolve_input
 from gateway.errors import request_context
+from gateway.fanout import free_capacity, plan_slices
 from gateway.inputs import Document, InputError
 from gateway.jobs.protocol import (
     ProtocolError,
@@ -36,7 +37,6 @@ from gateway.jobs.protocol import (
     envelope_error,
     job_data,
     parse_page_ranges,
-    plan_slices,
     sign_result_url,
     split_options,
 )
@@ -125,13 +125,6 @@ async def _document(runtime: Runtime, fields: dict[str, Any], data: bytes | None
     )
 
 
-def _free_capacity(runtime: Runtime) -> int:
-    eligible, _ = runtime.pool.eligible()
-    limit = runtime.settings.load_balance.upstream_concurrency
-    free = sum(max(0, limit - u.in_flight) for u in eligible)
-    return free or len(eligible) * limit
-
-
 def _optional_str(fields: dict[str, Any], name: str) -> str | None:
     value = fields.get(name)
     if value is None or value == "":
@@ -186,8 +179,12 @@ async def _submit(request: Request, runtime: Runtime, principal: Principal) -> R
         finished=None,
         extracted=0,
     )
+    fanout = runtime.settings.fanout
     slices = plan_slices(
-        len(pages), jobs.split_threshold_pages, jobs.max_slice_pages, _free_capacity(runtime)
+        len(pages),
+        fanout.threshold_pages,
+        fanout.max_slice_pages,
+        free_capacity(runtime.pool, runtime.settings),
     )
     if doc.kind != "pdf":
         slices = [(0, 1)]

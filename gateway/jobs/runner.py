@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import io
 import json
 import logging
 import os
@@ -34,40 +33,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import pikepdf
 
-from gateway.attempts import (
-    GatewayError,
-    UpstreamClientError,
-    UpstreamFailure,
-    raise_for_upstream_status,
-)
+from gateway.attempts import GatewayError, UpstreamClientError, UpstreamFailure
+from gateway.fanout import extract_pages, pages_label, slice_work
 from gateway.jobs.protocol import job_data
 from gateway.jobs.store import Job, JobStore, SliceClaim
+from gateway.paddlex_api import layout_body, parsing_results, restructure_body
 from gateway.upstream import Upstream
 
 if TYPE_CHECKING:
     from gateway.runtime import Runtime
 
 log = logging.getLogger("gateway.jobs")
-
-
-def extract_pages(data: bytes, pages: list[int]) -> bytes:
-    """A PDF of ``pages`` (0-based, in that order) of the PDF ``data`` (pikepdf)."""
-    with pikepdf.open(io.BytesIO(data)) as source, pikepdf.new() as out:
-        for index in pages:
-            out.pages.append(source.pages[index])
-        buf = io.BytesIO()
-        out.save(buf)
-        return buf.getvalue()
-
-
-def page_label(job: Job, first: int, count: int) -> str:
-    """``page 7`` or ``pages 3-9`` (1-based document pages) of a slice."""
-    doc_pages = [job.pages[i] + 1 for i in range(first, first + count)]
-    if len(doc_pages) == 1:
-        return f"page {doc_pages[0]}"
-    return f"pages {doc_pages[0]}-{doc_pages[-1]}"
 
 
 class JobRunner:
@@ -187,25 +164,14 @@ class JobRunner:
         data = await asyncio.to_thread(self.store.input_path(job.id).read_bytes)
         if job.kind == "pdf":
             data = await asyncio.to_thread(extract_pages, data, positions)
-        body = {
-            "visualize": False,
-            **job.options.get("layout", {}),
-            "file": base64.b64encode(data).decode("ascii"),
-            "fileType": 0 if job.kind == "pdf" else 1,
-            "logId": f"{job.id}-{claim.first}",
-        }
-
-        async def work(client: httpx.AsyncClient, upstream: Upstream, timeout: float) -> Any:
-            response = await client.post(
-                upstream.url + "/layout-parsing", json=body, timeout=timeout
-            )
-            pages = _parsing_results(response)
-            if not isinstance(pages, list) or len(pages) != claim.count:
-                got = len(pages) if isinstance(pages, list) else 0
-                raise UpstreamFailure("truncated", f"{got} of {claim.count} pages came back", 502)
-            return pages
-
-        label = page_label(job, claim.first, claim.count)
+        body = layout_body(
+            base64.b64encode(data).decode("ascii"),
+            job.kind == "pdf",
+            f"{job.id}-{claim.first}",
+            job.options.get("layout", {}),
+        )
+        work = slice_work(body, positions, job.kind == "pdf")
+        label = pages_label(positions)
         try:
             pages, _, _ = await self.runtime.proxy.run(
                 settings,
@@ -220,10 +186,6 @@ class JobRunner:
         except GatewayError as exc:
             self._slice_failed(claim, exc, label)
             return
-        for position, page in zip(positions, pages, strict=True):
-            pruned = page.get("prunedResult")
-            if isinstance(pruned, dict) and job.kind == "pdf":
-                pruned["page_index"] = position
         self.store.finish_slice(claim, pages, self.owner)
 
     def _slice_failed(self, claim: SliceClaim, exc: GatewayError, label: str) -> None:
@@ -284,27 +246,21 @@ class JobRunner:
     ) -> list[dict[str, Any]]:
         """One ``/restructure-pages`` over every page; each page keeps its other fields."""
         layout = job.options.get("layout", {})
-        body = {
-            "pages": [
-                {
-                    "prunedResult": page["prunedResult"],
-                    "markdownImages": (page.get("markdown") or {}).get("images") or {},
-                }
-                for page in pages
-            ],
-            "mergeTables": options.get("mergeTables", True),
-            "relevelTitles": options.get("relevelTitles", True),
-            "concatenatePages": False,
-            "prettifyMarkdown": layout.get("prettifyMarkdown", True),
-            "showFormulaNumber": layout.get("showFormulaNumber", False),
-            "logId": job.id,
-        }
+        body = restructure_body(
+            pages,
+            mergeTables=options.get("mergeTables", True),
+            relevelTitles=options.get("relevelTitles", True),
+            concatenatePages=False,
+            prettifyMarkdown=layout.get("prettifyMarkdown", True),
+            showFormulaNumber=layout.get("showFormulaNumber", False),
+            logId=job.id,
+        )
 
         async def work(client: httpx.AsyncClient, upstream: Upstream, timeout: float) -> Any:
             response = await client.post(
                 upstream.url + "/restructure-pages", json=body, timeout=timeout
             )
-            merged = _parsing_results(response)
+            merged = parsing_results(response)
             if not isinstance(merged, list) or len(merged) != len(pages):
                 raise UpstreamFailure("protocol_error", "page count changed in restructure", 200)
             return merged
@@ -328,12 +284,3 @@ class JobRunner:
             log.info("job %s: callback answered %d", job.id, response.status_code)
         except Exception as exc:
             log.warning("job %s: callback failed: %s", job.id, exc)
-
-
-def _parsing_results(response: httpx.Response) -> Any:
-    """`result.layoutParsingResults` of a PaddleX answer (a 2xx), or a protocol failure."""
-    raise_for_upstream_status(response)
-    try:
-        return response.json()["result"]["layoutParsingResults"]
-    except (ValueError, KeyError, TypeError):
-        raise UpstreamFailure("protocol_error", "no layoutParsingResults", 200) from None

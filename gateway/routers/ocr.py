@@ -2,7 +2,9 @@
 
 Both take a user or admin bearer token (when tokens are configured), read the document (JSON
 sources or a multipart upload), check it (:mod:`gateway.inputs`) and run both PaddleX steps
-on one upstream with failover (:meth:`gateway.proxy.Proxy.ocr`).
+on one upstream with failover (:meth:`gateway.proxy.Proxy.ocr`); a PDF longer than
+``fanout.threshold_pages`` is parsed in page slices on several upstreams at once
+(:mod:`gateway.fanout`).
 
 Usage::
 
@@ -25,6 +27,7 @@ from gateway.access import Principal
 from gateway.attempts import GatewayError, UpstreamClientError
 from gateway.documents import SOURCE_FIELDS, resolve_input
 from gateway.errors import error_response, gateway_error_response, request_context
+from gateway.fanout import ocr_pdf_fanned_out, should_fan_out
 from gateway.inputs import Document, InputError
 from gateway.postprocess import postprocess
 from gateway.routers.common import RuntimeDep, UserDep, read_body
@@ -59,7 +62,12 @@ async def _run_ocr(
     started: float,
 ) -> JSONResponse:
     try:
-        result = await runtime.proxy.ocr(settings, doc, rid, options, tenant=principal.tenant)
+        if should_fan_out(settings, doc):
+            result = await ocr_pdf_fanned_out(
+                runtime.proxy, settings, doc, rid, options, tenant=principal.tenant
+            )
+        else:
+            result = await runtime.proxy.ocr(settings, doc, rid, options, tenant=principal.tenant)
     except UpstreamClientError as exc:
         return error_response(
             exc.status if 400 <= exc.status < 500 else 400,
@@ -79,6 +87,7 @@ async def _run_ocr(
             "upstream": result.upstream,
             "attempts": len(result.attempts),
             "pages": result.pages,
+            "slices": result.slices,
             "file_type": doc.kind,
             "request_id": rid,
             "log_id": result.log_id,

@@ -29,6 +29,8 @@ Knobs (:class:`Knobs`, mutable at any time, e.g. ``double.knobs.fail_next = 2``)
 - ``max_num_input_imgs``: page limit (None: unlimited).
 - ``fail_next``: the next N ``/layout-parsing`` calls raise (500); ``always_500``: all do.
 - ``fail_restructure_next``: the next N ``/restructure-pages`` calls raise (500).
+- ``poison_width``: a document with a page of this rendered width (twice the PDF points) makes
+  ``/layout-parsing`` raise (500), like a page that crashes the pipeline.
 - ``drop_next`` / ``always_drop``: ``/layout-parsing`` closes the connection without answering.
 - ``health_status``: status of ``/health`` (200 by default).
 - ``hang``: a wedged process: every request that arrives while it is set, ``/health``
@@ -84,6 +86,7 @@ class Knobs:
     fail_next: int = 0
     always_500: bool = False
     fail_restructure_next: int = 0
+    poison_width: int | None = None
     drop_next: int = 0
     always_drop: bool = False
     health_status: int = 200
@@ -251,6 +254,10 @@ def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats)
                 if knobs.fail_next > 0:
                     knobs.fail_next -= 1
                     raise RuntimeError("injected failure (fail_next)")
+                if knobs.poison_width is not None and any(
+                    w == knobs.poison_width for w, _ in sizes
+                ):
+                    raise RuntimeError("injected failure (poison_width)")
         finally:
             stats.pending -= 1
         results = []

@@ -32,10 +32,9 @@ def jobs_config(upstreams: list[str], jobs_dir: Path, **sections: Any) -> dict[s
                 {"name": "team-b", "sha256": sha(OTHER_TOKEN)},
             ]
         },
+        "fanout": {"threshold_pages": 4, "max_slice_pages": 4},
         "jobs": {
             "dir": str(jobs_dir),
-            "split_threshold_pages": 4,
-            "max_slice_pages": 4,
             "lease_s": 2,
             "poll_interval_s": 0.1,
         },

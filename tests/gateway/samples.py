@@ -24,10 +24,11 @@ def image_bytes(fmt: str) -> bytes:
     return buf.getvalue()
 
 
-def pdf_bytes(pages: int) -> bytes:
+def pdf_bytes(pages: int, widths: list[int] | None = None) -> bytes:
+    """A PDF of blank 200x300 pages, or of pages as wide as ``widths`` (points)."""
     writer = PdfWriter()
-    for _ in range(pages):
-        writer.add_blank_page(width=200, height=300)
+    for width in widths or [200] * pages:
+        writer.add_blank_page(width=width, height=300)
     buf = io.BytesIO()
     writer.write(buf)
     return buf.getvalue()

@@ -106,6 +106,27 @@ def truncating_gateway(genuine) -> Iterator[RunningGateway]:
     running.stop()
 
 
+@pytest.fixture(scope="module")
+def slicing_gateway(genuine) -> Iterator[RunningGateway]:
+    """Cuts PDFs of more than 4 pages into slices of 4 (three requests for 12 pages)."""
+    config = gateway_config(
+        [genuine.fleet_url],
+        load_balance={"mode": "queue"},
+        fanout={"threshold_pages": 4, "max_slice_pages": 4},
+    )
+    running = RunningGateway(create_app(parse_settings(config)))
+    yield running
+    running.stop()
+
+
+def test_a_pdf_parsed_in_slices_reads_as_one_parsed_whole(gateway, slicing_gateway):
+    whole = gateway.client.post("/ocr", json={"base64": pdf_b64(12)}).json()
+    sliced = slicing_gateway.client.post("/ocr", json={"base64": pdf_b64(12)}).json()
+    assert (whole["slices"], sliced["slices"]) == (1, 3)
+    assert sliced["pages"] == 12
+    assert sliced["text"] == whole["text"]  # same pages, same order, one restructure
+
+
 def test_png_through_the_gateway_is_ocred_by_the_bound_vllm(gateway, genuine):
     response = gateway.client.post(
         "/ocr-file", files={"file": ("doc.png", base64.b64decode(png_b64()), "image/png")}

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway.fanout import plan_slices
 from gateway.jobs.protocol import (
     ProtocolError,
     check_result_signature,
     parse_page_ranges,
-    plan_slices,
     sign_result_url,
     split_options,
 )

@@ -124,7 +124,7 @@ def test_multi_page_pdf_is_one_document(start_gateway):
     from tests.doubles.paddlex_double import DoubleFleet
 
     with DoubleFleet(1, max_num_input_imgs=None) as fleet:
-        gw = start_gateway(gateway_config(fleet.urls))
+        gw = start_gateway(gateway_config(fleet.urls, fanout={"sync": False}))
         r = gw.client.post("/ocr", json={"base64": b64(pdf_bytes(25))})
         assert r.status_code == 200, r.text
         body = r.json()
@@ -136,7 +136,8 @@ def test_multi_page_pdf_is_one_document(start_gateway):
 
 
 def test_pdf_truncation_is_an_error(fleet, start_gateway):
-    gw = start_gateway(gateway_config(fleet.urls))  # doubles keep the real default limit 10
+    # doubles keep the real default limit 10; one request per document (no page slices)
+    gw = start_gateway(gateway_config(fleet.urls, fanout={"sync": False}))
     ok = gw.client.post("/ocr", json={"base64": b64(pdf_bytes(10))})
     assert ok.status_code == 200 and ok.json()["pages"] == 10
     r = gw.client.post("/ocr", json={"base64": b64(pdf_bytes(12))})

@@ -1,0 +1,277 @@
+"""Page-level fan-out of long PDFs: slices to several instances at once, one restructure.
+
+A PDF of more than ``fanout.threshold_pages`` pages is cut (pikepdf) into slices of
+consecutive pages. The slice size adapts to the fleet's free capacity (:func:`free_capacity`):
+on an idle fleet a document spreads over every free instance, under load slices grow up to
+``fanout.max_slice_pages`` so that per-request overhead does not waste the fleet. Each slice is
+one ``/layout-parsing`` with failover (:meth:`gateway.proxy.Proxy.run`); the pages come back in
+document order (each ``prunedResult.page_index`` is its position in the whole document) and one
+``/restructure-pages`` over all of them merges tables and levels titles across slices as if one
+instance had parsed the whole document.
+
+The job runner (:mod:`gateway.jobs.runner`) dispatches slices from its store; the synchronous
+``/ocr`` and ``/ocr-file`` use :func:`ocr_pdf_fanned_out`.
+
+Usage::
+
+    if fanout.should_fan_out(settings, doc):
+        result = await fanout.ocr_pdf_fanned_out(proxy, settings, doc, request_id, options)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import io
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pikepdf
+
+from gateway.attempts import Attempt, GatewayError, UpstreamClientError, UpstreamFailure
+from gateway.inputs import Document
+from gateway.paddlex_api import (
+    TRUNCATION_HINT,
+    layout_body,
+    markdown_text,
+    parsing_results,
+    restructure_body,
+)
+from gateway.pool import UpstreamPool
+from gateway.proxy import OcrResult, Proxy
+from gateway.settings import Settings
+from gateway.upstream import Upstream
+
+Work = Callable[[httpx.AsyncClient, Upstream, float], Awaitable[Any]]
+
+
+def plan_slices(count: int, threshold: int, max_slice: int, free: int) -> list[tuple[int, int]]:
+    """(first position, count) slices of a document of ``count`` pages: one slice up to
+    ``threshold`` pages; else spread over ``free`` instances, at most ``max_slice`` each.
+
+    >>> plan_slices(40, 8, 16, 4)
+    [(0, 10), (10, 10), (20, 10), (30, 10)]
+    """
+    if count <= threshold:
+        return [(0, count)]
+    size = max(1, min(max_slice, math.ceil(count / max(1, free))))
+    return [(first, min(size, count - first)) for first in range(0, count, size)]
+
+
+def free_capacity(pool: UpstreamPool, settings: Settings) -> int:
+    """Upstream slots free now (eligible upstreams below ``upstream_concurrency``), less the
+    interactive requests already waiting for one; 0 when the fleet is busy."""
+    eligible, _ = pool.eligible()
+    limit = settings.load_balance.upstream_concurrency
+    free = sum(max(0, limit - u.in_flight) for u in eligible)
+    return max(0, free - pool.queue.interactive_waiting)
+
+
+def extract_pages(data: bytes, pages: list[int]) -> bytes:
+    """A PDF of ``pages`` (0-based, in that order) of the PDF ``data``."""
+    with pikepdf.open(io.BytesIO(data)) as source, pikepdf.new() as out:
+        for index in pages:
+            out.pages.append(source.pages[index])
+        buf = io.BytesIO()
+        out.save(buf)
+        return buf.getvalue()
+
+
+def pages_label(doc_pages: list[int]) -> str:
+    """``page 7`` or ``pages 3-9`` of 0-based document positions (shown 1-based)."""
+    if len(doc_pages) == 1:
+        return f"page {doc_pages[0] + 1}"
+    return f"pages {doc_pages[0] + 1}-{doc_pages[-1] + 1}"
+
+
+def slice_work(body: dict[str, Any], positions: list[int], is_pdf: bool) -> Work:
+    """One ``/layout-parsing`` of a slice whose pages are the document's ``positions``: the
+    answer must hold exactly that many pages (fewer: the instance truncated the PDF, which no
+    other instance with the same config does better); each PDF page's
+    ``prunedResult.page_index`` becomes its position in the whole document."""
+
+    async def work(client: httpx.AsyncClient, upstream: Upstream, timeout: float) -> Any:
+        response = await client.post(upstream.url + "/layout-parsing", json=body, timeout=timeout)
+        pages = parsing_results(response)
+        if not isinstance(pages, list) or len(pages) != len(positions):
+            got = len(pages) if isinstance(pages, list) else 0
+            raise UpstreamFailure(
+                "truncated",
+                f"{got} of {len(positions)} pages came back; {TRUNCATION_HINT}",
+                502,
+                retryable=False,
+            )
+        for position, page in zip(positions, pages, strict=True):
+            pruned = page.get("prunedResult") if isinstance(page, dict) else None
+            if not isinstance(pruned, dict):
+                raise UpstreamFailure("protocol_error", "page without prunedResult", 200)
+            if is_pdf:
+                pruned["page_index"] = position
+        return pages
+
+    return work
+
+
+def should_fan_out(settings: Settings, doc: Document) -> bool:
+    """Whether a synchronous request for ``doc`` is split into page slices."""
+    fanout = settings.fanout
+    return (
+        fanout.sync
+        and doc.kind == "pdf"
+        and doc.pages is not None
+        and doc.pages > fanout.threshold_pages
+    )
+
+
+async def _run_slice(
+    proxy: Proxy,
+    settings: Settings,
+    doc: Document,
+    positions: list[int],
+    options: dict[str, Any] | None,
+    log_id: str,
+    tenant: str | None,
+    attempts: list[Attempt],
+) -> list[dict[str, Any]]:
+    data = await asyncio.to_thread(extract_pages, doc.data, positions)
+    body = layout_body(base64.b64encode(data).decode("ascii"), True, log_id, options)
+    work = slice_work(body, positions, True)
+    try:
+        pages, _, tried = await proxy.run(settings, work, tenant=tenant)
+    except GatewayError as exc:
+        attempts.extend(exc.details.get("attempts", []))
+        raise
+    attempts.extend(tried)
+    return pages
+
+
+async def _slice_or_pages(
+    proxy: Proxy,
+    settings: Settings,
+    doc: Document,
+    positions: list[int],
+    options: dict[str, Any] | None,
+    request_id: str,
+    tenant: str | None,
+    attempts: list[Attempt],
+) -> list[dict[str, Any]]:
+    """A slice; when it fails on every upstream, its pages one by one, so that the error
+    names the page that fails everywhere."""
+    log_id = f"{request_id}-p{positions[0] + 1}"
+    try:
+        return await _run_slice(proxy, settings, doc, positions, options, log_id, tenant, attempts)
+    except GatewayError as exc:
+        if exc.code != "all_upstreams_failed" or len(positions) == 1:
+            raise _named(exc, positions) from None
+    pages: list[dict[str, Any]] = []
+    for position in positions:
+        try:
+            pages.extend(
+                await _run_slice(
+                    proxy,
+                    settings,
+                    doc,
+                    [position],
+                    options,
+                    f"{request_id}-p{position + 1}",
+                    tenant,
+                    attempts,
+                )
+            )
+        except GatewayError as exc:
+            raise _named(exc, [position]) from None
+    return pages
+
+
+def _named(exc: GatewayError, positions: list[int]) -> GatewayError:
+    """``exc`` with the pages it concerns in front of its message."""
+    named = GatewayError(
+        exc.status,
+        exc.code,
+        f"{pages_label(positions)}: {exc.message}",
+        details=exc.details,
+        headers=exc.headers,
+    )
+    named.details["pages"] = [p + 1 for p in positions]
+    return named
+
+
+async def ocr_pdf_fanned_out(
+    proxy: Proxy,
+    settings: Settings,
+    doc: Document,
+    request_id: str,
+    options: dict[str, Any] | None = None,
+    tenant: str | None = None,
+) -> OcrResult:
+    """OCR a long PDF as page slices on several upstreams at once, then one concatenating
+    ``/restructure-pages``; the markdown is that of one instance parsing the whole PDF.
+    A failure of any slice cancels the others."""
+    assert doc.pages is not None
+    fanout = settings.fanout
+    slices = plan_slices(
+        doc.pages,
+        fanout.threshold_pages,
+        fanout.max_slice_pages,
+        free_capacity(proxy.pool, settings),
+    )
+    if len(slices) == 1:  # no instance free to share it with: both steps on one
+        return await proxy.ocr(settings, doc, request_id, options, tenant)
+    attempts: list[Attempt] = []
+    tasks = [
+        asyncio.ensure_future(
+            _slice_or_pages(
+                proxy,
+                settings,
+                doc,
+                list(range(first, first + count)),
+                options,
+                request_id,
+                tenant,
+                attempts,
+            )
+        )
+        for first, count in slices
+    ]
+    try:
+        parts = await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        raise
+    pages = [page for part in parts for page in part]
+    body = restructure_body(pages, concatenatePages=True, logId=request_id)
+
+    async def restructure(client: httpx.AsyncClient, upstream: Upstream, timeout: float) -> str:
+        response = await client.post(
+            upstream.url + "/restructure-pages", json=body, timeout=timeout
+        )
+        try:
+            return markdown_text(parsing_results(response))
+        except UpstreamClientError as exc:  # our request, not the caller's document
+            raise UpstreamFailure(
+                "protocol_error", f"/restructure-pages HTTP {exc.status}: {exc.message}", 200
+            ) from None
+
+    try:
+        text, upstream, tried = await proxy.run(
+            settings, restructure, bypass_limit=True, tenant=tenant
+        )
+    except GatewayError as exc:
+        exc.details["attempts"] = attempts + list(exc.details.get("attempts", []))
+        raise
+    attempts.extend(tried)
+    return OcrResult(
+        text=text,
+        pages=len(pages),
+        log_id=request_id,
+        upstream=upstream.url,
+        attempts=attempts,
+        slices=len(slices),
+    )
