@@ -2,7 +2,8 @@
 
 Every error the gateway answers is ``{"error": {"code", "message", ...}, "request_id"}``; on
 the PaddleX-native routes the body also carries the PaddleX envelope keys (``logId``,
-``errorCode``, ``errorMsg``) so PaddleX clients can read it. Unknown routes (404), wrong
+``errorCode``, ``errorMsg``) so PaddleX clients can read it, and under ``/api/v2/`` those of the
+official PaddleOCR API (``code``, ``msg``, ``data``). Unknown routes (404), wrong
 methods (405) and anything unexpected (500) get the same body.
 
 Usage::
@@ -31,6 +32,7 @@ from gateway.inputs import InputError
 log = logging.getLogger("gateway.errors")
 
 NATIVE_ROUTES = frozenset({"/layout-parsing", "/restructure-pages"})
+OFFICIAL_API_PREFIX = "/api/v2/"  # the job routes (gateway.jobs): {code, msg, data} envelope
 ANONYMOUS = "-"
 
 
@@ -77,6 +79,7 @@ def error_body(
     *,
     details: dict[str, Any] | None = None,
     paddlex_envelope: bool = False,
+    official_envelope: bool = False,
 ) -> dict[str, Any]:
     """The error document itself (see :func:`error_response`)."""
     body: dict[str, Any] = {
@@ -85,6 +88,8 @@ def error_body(
     }
     if paddlex_envelope:
         body = {"logId": request_id, "errorCode": status, "errorMsg": message, **body}
+    if official_envelope:
+        body = {"code": status, "msg": message, "errorMsg": message, "data": None, **body}
     return body
 
 
@@ -97,10 +102,18 @@ def error_response(
     details: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
     paddlex_envelope: bool = False,
+    official_envelope: bool = False,
 ) -> JSONResponse:
-    """The gateway's error body (optionally with PaddleX envelope keys) as a response."""
+    """The gateway's error body (optionally with the PaddleX or the official PaddleOCR API
+    envelope's keys) as a response."""
     body = error_body(
-        status, code, message, request_id, details=details, paddlex_envelope=paddlex_envelope
+        status,
+        code,
+        message,
+        request_id,
+        details=details,
+        paddlex_envelope=paddlex_envelope,
+        official_envelope=official_envelope,
     )
     extra = {"Connection": "close"} if status == 408 else {}
     return JSONResponse(
@@ -111,7 +124,11 @@ def error_response(
 
 
 def gateway_error_response(
-    exc: GatewayError, request_id: str, *, paddlex_envelope: bool = False
+    exc: GatewayError,
+    request_id: str,
+    *,
+    paddlex_envelope: bool = False,
+    official_envelope: bool = False,
 ) -> JSONResponse:
     """:func:`error_response` for an error the gateway raised itself."""
     return error_response(
@@ -122,11 +139,17 @@ def gateway_error_response(
         details=exc.details,
         headers=exc.headers,
         paddlex_envelope=paddlex_envelope,
+        official_envelope=official_envelope,
     )
 
 
-def _is_native(request: Request) -> bool:
-    return request.url.path in NATIVE_ROUTES
+def _envelopes(request: Request) -> dict[str, bool]:
+    """The envelope keys an error on this path carries besides the gateway's own."""
+    path = request.url.path
+    return {
+        "paddlex_envelope": path in NATIVE_ROUTES,
+        "official_envelope": path.startswith(OFFICIAL_API_PREFIX),
+    }
 
 
 def install_exception_handlers(app: FastAPI) -> None:
@@ -135,14 +158,12 @@ def install_exception_handlers(app: FastAPI) -> None:
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
         rid = request_context(request).request_id
-        return gateway_error_response(exc, rid, paddlex_envelope=_is_native(request))
+        return gateway_error_response(exc, rid, **_envelopes(request))
 
     @app.exception_handler(InputError)
     async def _input_error(request: Request, exc: InputError) -> JSONResponse:
         rid = request_context(request).request_id
-        return error_response(
-            exc.status, exc.code, exc.message, rid, paddlex_envelope=_is_native(request)
-        )
+        return error_response(exc.status, exc.code, exc.message, rid, **_envelopes(request))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -150,9 +171,7 @@ def install_exception_handlers(app: FastAPI) -> None:
             f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors()
         )
         rid = request_context(request).request_id
-        return error_response(
-            400, "invalid_request", problems, rid, paddlex_envelope=_is_native(request)
-        )
+        return error_response(400, "invalid_request", problems, rid, **_envelopes(request))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -164,6 +183,7 @@ def install_exception_handlers(app: FastAPI) -> None:
             f"{request.method} {request.url.path}: {exc.detail}",
             rid,
             headers=dict(exc.headers or {}),
+            **_envelopes(request),
         )
 
     @app.exception_handler(Exception)
@@ -176,5 +196,5 @@ def install_exception_handlers(app: FastAPI) -> None:
             f"the gateway failed unexpectedly ({type(exc).__name__}); see its log, "
             f"request id {rid}",
             rid,
-            paddlex_envelope=_is_native(request),
+            **_envelopes(request),
         )

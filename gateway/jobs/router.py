@@ -41,6 +41,13 @@ from gateway.jobs.protocol import (
     split_options,
 )
 from gateway.jobs.runner import JobRunner
+from gateway.jobs.schemas import (
+    BatchEnvelope,
+    StatusEnvelope,
+    SubmitEnvelope,
+    envelope_errors,
+    submission_body,
+)
 from gateway.jobs.store import Job, JobStore
 from gateway.routers.common import read_body
 from gateway.runtime import Runtime
@@ -207,7 +214,13 @@ async def _guarded(request: Request, action: Any) -> Response:
         return envelope_error(exc.status, f"{exc.code}: {exc.message}")
 
 
-@router.post(JOBS_PATH, summary="Submit a document parsing job (official PaddleOCR API)")
+@router.post(
+    JOBS_PATH,
+    summary="Submit a document parsing job (official PaddleOCR API)",
+    response_model=SubmitEnvelope,
+    responses=envelope_errors(400, 401, 403, 408, 413, 415, 422, 429, 503),
+    openapi_extra=submission_body(),
+)
 async def submit_job(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
 
@@ -225,7 +238,12 @@ async def submit_job(request: Request) -> Response:
     return await _guarded(request, action)
 
 
-@router.get(JOBS_PATH + "/batch/{batch_id}", summary="The status of every job of a batch")
+@router.get(
+    JOBS_PATH + "/batch/{batch_id}",
+    summary="The status of every job of a batch",
+    response_model=BatchEnvelope,
+    responses=envelope_errors(401, 404, 422, 503),
+)
 async def batch_status(request: Request, batch_id: str) -> Response:
     runtime: Runtime = request.app.state.runtime
 
@@ -241,7 +259,12 @@ async def batch_status(request: Request, batch_id: str) -> Response:
     return await _guarded(request, action)
 
 
-@router.get(JOBS_PATH + "/{job_id}", summary="A job's state, progress and result URL")
+@router.get(
+    JOBS_PATH + "/{job_id}",
+    summary="A job's state, progress and result URL",
+    response_model=StatusEnvelope,
+    responses=envelope_errors(401, 404, 422, 503),
+)
 async def job_status(request: Request, job_id: str) -> Response:
     runtime: Runtime = request.app.state.runtime
 
@@ -254,7 +277,12 @@ async def job_status(request: Request, job_id: str) -> Response:
     return await _guarded(request, action)
 
 
-@router.delete(JOBS_PATH + "/{job_id}", summary="Cancel a job (this gateway's extension)")
+@router.delete(
+    JOBS_PATH + "/{job_id}",
+    summary="Cancel a job (this gateway's extension)",
+    response_model=StatusEnvelope,
+    responses=envelope_errors(401, 404, 422, 503),
+)
 async def cancel_job(request: Request, job_id: str) -> Response:
     runtime: Runtime = request.app.state.runtime
 
@@ -270,7 +298,15 @@ async def cancel_job(request: Request, job_id: str) -> Response:
     return await _guarded(request, action)
 
 
-@router.get("/api/v2/ocr/results/{job_id}.jsonl", summary="A done job's result (signed URL)")
+@router.get(
+    "/api/v2/ocr/results/{job_id}.jsonl",
+    summary="A done job's result (signed URL)",
+    response_class=FileResponse,
+    responses={
+        200: {"content": {"application/jsonl": {}}, "description": "JSON Lines, a page a line"},
+        **envelope_errors(403, 404, 422, 503),
+    },
+)
 async def job_result(request: Request, job_id: str, expires: str = "", sig: str = "") -> Response:
     runtime: Runtime = request.app.state.runtime
 
