@@ -26,6 +26,8 @@ from typing import Any
 
 import httpx
 
+from gateway.upstream_http import Reply
+
 
 class GatewayError(Exception):
     """An error answered by the gateway itself, as ``{"error": {...}, "request_id"}``."""
@@ -94,7 +96,7 @@ def error_message(body: bytes) -> str:
     return text[:300] or "(empty body)"
 
 
-def raise_for_upstream_status(response: httpx.Response) -> None:
+def raise_for_upstream_status(response: Reply | httpx.Response) -> None:
     """Raise :class:`UpstreamClientError` for a 4xx answer, :class:`UpstreamFailure` for 5xx."""
     status, content = response.status_code, response.content
     if 400 <= status < 500:

@@ -28,7 +28,6 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
 import pikepdf
 
 from gateway.attempts import Attempt, GatewayError, UpstreamClientError, UpstreamFailure
@@ -44,8 +43,9 @@ from gateway.pool import UpstreamPool
 from gateway.proxy import OcrResult, Proxy
 from gateway.settings import Settings
 from gateway.upstream import Upstream
+from gateway.upstream_http import UpstreamClient
 
-Work = Callable[[httpx.AsyncClient, Upstream, float], Awaitable[Any]]
+Work = Callable[[UpstreamClient, Upstream, float], Awaitable[Any]]
 
 
 def plan_slices(count: int, threshold: int, max_slice: int, free: int) -> list[tuple[int, int]]:
@@ -93,7 +93,7 @@ def slice_work(body: dict[str, Any], positions: list[int], is_pdf: bool) -> Work
     other instance with the same config does better); each PDF page's
     ``prunedResult.page_index`` becomes its position in the whole document."""
 
-    async def work(client: httpx.AsyncClient, upstream: Upstream, timeout: float) -> Any:
+    async def work(client: UpstreamClient, upstream: Upstream, timeout: float) -> Any:
         response = await client.post(upstream.url + "/layout-parsing", json=body, timeout=timeout)
         pages = parsing_results(response)
         if not isinstance(pages, list) or len(pages) != len(positions):
@@ -248,7 +248,7 @@ async def ocr_pdf_fanned_out(
     pages = [page for part in parts for page in part]
     body = restructure_body(pages, concatenatePages=True, logId=request_id)
 
-    async def restructure(client: httpx.AsyncClient, upstream: Upstream, timeout: float) -> str:
+    async def restructure(client: UpstreamClient, upstream: Upstream, timeout: float) -> str:
         response = await client.post(
             upstream.url + "/restructure-pages", json=body, timeout=timeout
         )

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from gateway.attempts import UpstreamFailure, raise_for_upstream_status
+from gateway.upstream_http import Reply
 
 TRUNCATION_HINT = (
     "set 'Serving: {extra: {max_num_input_imgs: null}}' in that instance's pipeline config"
@@ -57,7 +56,7 @@ def restructure_body(pages: list[dict[str, Any]], **fields: Any) -> dict[str, An
         raise UpstreamFailure("protocol_error", "page without prunedResult", 200) from None
 
 
-def parsing_results(response: httpx.Response) -> Any:
+def parsing_results(response: Reply) -> Any:
     """``result.layoutParsingResults`` of a PaddleX answer: 4xx raise
     :class:`~gateway.attempts.UpstreamClientError`, 5xx and bodies without it
     :class:`~gateway.attempts.UpstreamFailure`."""

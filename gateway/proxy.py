@@ -43,6 +43,7 @@ from gateway.paddlex_api import TRUNCATION_HINT, layout_body, markdown_text, res
 from gateway.pool import NoUpstreamAvailable, UpstreamPool
 from gateway.settings import Settings
 from gateway.upstream import Lease, Upstream
+from gateway.upstream_http import UpstreamClient
 
 T = TypeVar("T")
 
@@ -57,15 +58,10 @@ class OcrResult:
     slices: int = 1  # page slices the PDF was parsed in (gateway.fanout)
 
 
-def _http_timeout(settings: Settings, timeout: float) -> httpx.Timeout:
-    """The httpx timeout of one attempt: ``timeout`` overall, connecting within the config's."""
-    return httpx.Timeout(timeout, connect=min(settings.http.connect_timeout_s, timeout))
-
-
 class Proxy:
-    """Failover loop plus the PaddleX calls, over one shared httpx client."""
+    """Failover loop plus the PaddleX calls, over one shared upstream client."""
 
-    def __init__(self, pool: UpstreamPool, client_getter: Callable[[], httpx.AsyncClient]) -> None:
+    def __init__(self, pool: UpstreamPool, client_getter: Callable[[], UpstreamClient]) -> None:
         self.pool = pool
         self._client_getter = client_getter
 
@@ -73,7 +69,7 @@ class Proxy:
     async def run(
         self,
         settings: Settings,
-        work: Callable[[httpx.AsyncClient, Upstream, float], Awaitable[T]],
+        work: Callable[[UpstreamClient, Upstream, float], Awaitable[T]],
         *,
         bypass_limit: bool = False,
         tenant: str | None = None,
@@ -153,9 +149,9 @@ class Proxy:
     async def _attempt(
         self,
         settings: Settings,
-        client: httpx.AsyncClient,
+        client: UpstreamClient,
         lease: Lease,
-        work: Callable[[httpx.AsyncClient, Upstream, float], Awaitable[T]],
+        work: Callable[[UpstreamClient, Upstream, float], Awaitable[T]],
         deadline: float,
         attempts: list[Attempt],
     ) -> Any:
@@ -244,13 +240,13 @@ class Proxy:
     # ------------------------------------------------------------------ PaddleX calls
     @staticmethod
     async def _post_json(
-        client: httpx.AsyncClient,
+        client: UpstreamClient,
         url: str,
         body: dict[str, Any],
         settings: Settings,
         timeout: float,
     ) -> dict[str, Any]:
-        response = await client.post(url, json=body, timeout=_http_timeout(settings, timeout))
+        response = await client.post(url, json=body, timeout=timeout)
         raise_for_upstream_status(response)
         try:
             data = response.json()
@@ -281,7 +277,7 @@ class Proxy:
     ) -> OcrResult:
         """Both PaddleX steps for one document on the same upstream, with failover."""
 
-        async def work(client: httpx.AsyncClient, upstream: Upstream, timeout: float) -> OcrResult:
+        async def work(client: UpstreamClient, upstream: Upstream, timeout: float) -> OcrResult:
             body = layout_body(
                 doc.b64(), doc.kind == "pdf", request_id, {**(options or {}), "visualize": False}
             )
@@ -340,7 +336,7 @@ class Proxy:
         upstream, attempts). 4xx answers come back as they are; 5xx fail over."""
 
         async def work(
-            client: httpx.AsyncClient, upstream: Upstream, timeout: float
+            client: UpstreamClient, upstream: Upstream, timeout: float
         ) -> tuple[int, str | None, bytes]:
             response = await client.post(
                 upstream.url + path,
@@ -349,7 +345,7 @@ class Proxy:
                     "content-type": content_type or "application/json",
                     "x-request-id": request_id,
                 },
-                timeout=_http_timeout(settings, timeout),
+                timeout=timeout,
             )
             raise_for_upstream_status(response)
             return response.status_code, response.headers.get("content-type"), response.content

@@ -77,13 +77,16 @@ class LoadBalanceSettings(_Section):
 
 
 class HttpSettings(_Section):
-    """The shared httpx client and the per-request time limits."""
+    """The shared upstream client (:mod:`gateway.upstream_http`) and the per-request time
+    limits."""
 
     timeout_s: float = Field(300.0, gt=0)  # per attempt (both PaddleX calls of one document)
     connect_timeout_s: float = Field(5.0, gt=0)
     request_deadline_s: float = Field(900.0, gt=0)  # whole request incl. queueing and failover
     pool_max_connections: int = Field(200, ge=1)
     pool_max_keepalive_connections: int = Field(100, ge=0)
+    # idle upstream connections are closed after this (uvicorn, serving PaddleX, closes at 5 s)
+    pool_keepalive_s: float = Field(4.0, gt=0)
 
 
 class HealthSettings(_Section):

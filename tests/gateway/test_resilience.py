@@ -14,6 +14,7 @@ import pytest
 
 from gateway.runtime import make_client, upstream_origin
 from gateway.settings import HttpSettings
+from gateway.upstream_http import UpstreamClient
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway, gateway_config
 from tests.gateway.samples import b64, png_bytes
@@ -22,9 +23,11 @@ from tests.waiting import wait_for
 PNG = b64(png_bytes())
 
 
-def mounted_pools(client: httpx.AsyncClient) -> dict[str, Any]:
-    """origin pattern -> the httpcore pool of the transport mounted for it."""
-    return {pattern.pattern: transport._pool for pattern, transport in client._mounts.items()}
+def pools_by_origin(client: UpstreamClient) -> dict[str, Any]:
+    """origin -> the client's keep-alive pool for it."""
+    return {
+        f"{scheme}://{host}:{port}": pool for (scheme, host, port), pool in client.pools.items()
+    }
 
 
 def upstream_doc(gw: RunningGateway, url: str) -> dict[str, Any]:
@@ -61,16 +64,11 @@ class Load:
         return [(code, body) for code, body, _ in self.results if code != 200]
 
 
-def test_make_client_mounts_one_pool_per_origin():
+def test_make_client_applies_the_http_settings():
     http = HttpSettings(pool_max_connections=7, pool_max_keepalive_connections=3)
-    origins = ["http://127.0.0.1:9126", "http://127.0.0.1:9127", "https://paddle-a"]
-    client = make_client(http, origins)
-    pools = mounted_pools(client)
-    assert sorted(pools) == sorted(origins)
-    assert len({id(p) for p in pools.values()}) == 3  # distinct pools
-    for pool in pools.values():
-        assert pool._max_connections == 7 and pool._max_keepalive_connections == 3
-    assert client._transport._pool not in pools.values()  # a default for anything else
+    client = make_client(http)
+    assert (client.max_connections, client.max_idle) == (7, 3)
+    assert client.keepalive_s == http.pool_keepalive_s
     assert upstream_origin("http://127.0.0.1:9126/some/prefix") == "http://127.0.0.1:9126"
 
 
@@ -82,21 +80,17 @@ def test_upstream_client_uses_one_pool_per_upstream(start_gateway, tmp_path):
             assert gw.client.post("/ocr", json={"base64": PNG}).status_code == 200
         assert all(len(d.layout_requests()) == 2 for d in fleet.doubles[:3])
         client = gw.runtime.client
-        pools = mounted_pools(client)
+        pools = pools_by_origin(client)
         assert sorted(pools) == sorted(fleet.urls[:3])
-        for url, pool in pools.items():  # each pool holds connections to its upstream only
-            origins = {
-                f"http://{c._origin.host.decode()}:{c._origin.port}" for c in pool.connections
-            }
-            assert origins == {url}
-        assert not client._transport._pool.connections  # nothing went to the default pool
+        for pool in pools.values():  # connections are kept alive and reused
+            assert pool.open == 1 and len(pool.idle) == 1
         # a reload that adds an upstream builds a client with a pool for it too
         (tmp_path / "gateway.json").write_text(json.dumps(gateway_config(fleet.urls)))
         assert wait_for(lambda: gw.runtime.client is not client)
-        assert sorted(mounted_pools(gw.runtime.client)) == sorted(fleet.urls)
         for _ in range(8):
             assert gw.client.post("/ocr", json={"base64": PNG}).status_code == 200
         assert len(fleet[3].layout_requests()) >= 1
+        assert sorted(pools_by_origin(gw.runtime.client)) == sorted(fleet.urls)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,306 @@
+"""The upstream client of the hot path: HTTP/1.1 keep-alive pools over asyncio, httptools
+parsing.
+
+Every document the gateway serves costs two upstream calls, and httpx spends about 1 ms of CPU
+on each (``bench/proxy_cpu.py``); this client spends about a tenth of that, because it does only
+what talking to a PaddleX instance needs: ``POST`` (and ``GET``) with a body of known length,
+one request at a time per connection, a response with a ``Content-Length`` or chunked body.
+Errors are the httpx exception types the failover logic already classifies
+(:func:`gateway.attempts.classify_transport_error`): ``httpx.ConnectError`` /
+``ConnectTimeout`` before anything was sent, ``httpx.ReadTimeout`` past the deadline,
+``httpx.RemoteProtocolError`` / ``ReadError`` when the connection breaks. Health probes and
+callers' URL fetches keep using httpx.
+
+One pool per origin (``scheme://host:port``), at most ``max_connections`` open; a connection
+idle longer than ``keepalive_s`` is closed rather than reused (uvicorn, which serves PaddleX,
+closes idle ones after 5 s, and a request sent on a connection the server is closing is lost).
+
+Usage::
+
+    client = UpstreamClient(max_connections=4, keepalive_s=4.0, connect_timeout_s=2.0)
+    reply = await client.post("http://127.0.0.1:9126/layout-parsing", json=body, timeout=60)
+    reply.status_code, reply.headers["content-type"], reply.json()
+    await client.aclose()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from collections import deque
+from typing import Any
+from urllib.parse import urlsplit
+
+import httptools
+import httpx
+
+from gateway import jsonfast
+
+
+class Reply:
+    """A complete upstream response (the subset of ``httpx.Response`` the gateway reads)."""
+
+    __slots__ = ("content", "headers", "status_code")
+
+    def __init__(self, status_code: int, headers: dict[str, str], content: bytes) -> None:
+        self.status_code = status_code
+        self.headers = headers  # lower-case names
+        self.content = content
+
+    def json(self) -> Any:
+        return jsonfast.loads(self.content)
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.waiter: asyncio.Future[Reply] | None = None
+        self.closed = False
+        self.idle_since = time.monotonic()
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(httpx.RemoteProtocolError(f"malformed response: {exc}"))
+
+    def eof_received(self) -> bool | None:
+        self._fail(httpx.RemoteProtocolError("server closed the connection"))
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if exc is None:
+            self._fail(httpx.RemoteProtocolError("server closed the connection"))
+        else:
+            self._fail(httpx.ReadError(f"connection lost: {exc}"))
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        reply = Reply(self.parser.get_status_code(), self._headers, b"".join(self._body))
+        self._headers, self._body = {}, []
+        if not self.parser.should_keep_alive():
+            self.close()
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(reply)
+
+    # ours
+    def _fail(self, exc: Exception) -> None:
+        self.close()
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    async def exchange(self, request: bytes) -> Reply:
+        assert self.transport is not None and self.waiter is None
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        return await self.waiter
+
+
+class _Pool:
+    """The connections to one origin."""
+
+    def __init__(self, host: str, port: int, tls: bool, limit: int, max_idle: int) -> None:
+        self.host, self.port, self.tls = host, port, tls
+        self.limit, self.max_idle = limit, max_idle
+        self.idle: deque[_Connection] = deque()
+        self.open = 0
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self, connect_timeout: float, keepalive_s: float) -> tuple[_Connection, bool]:
+        """A connection (and whether it was reused): an idle one, a new one, or the next freed."""
+        while True:
+            now = time.monotonic()
+            while self.idle:
+                conn = self.idle.pop()
+                if not conn.closed and now - conn.idle_since < keepalive_s:
+                    return conn, True
+                conn.close()
+                self.open -= 1
+            if self.open < self.limit:
+                self.open += 1
+                try:
+                    return await self._connect(connect_timeout), False
+                except BaseException:
+                    self.open -= 1
+                    self._wake()
+                    raise
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                with contextlib.suppress(ValueError):
+                    self.waiters.remove(waiter)
+
+    async def _connect(self, timeout: float) -> _Connection:
+        loop = asyncio.get_running_loop()
+        context = ssl.create_default_context() if self.tls else None
+        try:
+            async with asyncio.timeout(timeout):
+                _, conn = await loop.create_connection(
+                    _Connection, self.host, self.port, ssl=context
+                )
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"connect timeout after {timeout}s") from None
+        except OSError as exc:
+            raise httpx.ConnectError(f"{type(exc).__name__}: {exc.strerror or exc}") from None
+        return conn
+
+    def release(self, conn: _Connection, reusable: bool) -> None:
+        if reusable and not conn.closed and len(self.idle) < self.max_idle:
+            conn.idle_since = time.monotonic()
+            self.idle.append(conn)
+        else:
+            conn.close()
+            self.open -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def close(self) -> None:
+        for conn in self.idle:
+            conn.close()
+        self.idle.clear()
+
+
+class UpstreamClient:
+    """See module doc."""
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = 10,
+        max_idle: int = 10,
+        keepalive_s: float = 4.0,
+        connect_timeout_s: float = 2.0,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self.max_connections = max_connections
+        self.max_idle = max_idle
+        self.keepalive_s = keepalive_s
+        self.connect_timeout_s = connect_timeout_s
+        self.timeout_s = timeout_s
+        self.pools: dict[tuple[str, str, int], _Pool] = {}
+        self._heads: dict[tuple[str, str, str], bytes] = {}
+
+    def _pool(self, scheme: str, host: str, port: int) -> _Pool:
+        key = (scheme, host, port)
+        pool = self.pools.get(key)
+        if pool is None:
+            pool = self.pools[key] = _Pool(
+                host, port, scheme == "https", self.max_connections, self.max_idle
+            )
+        return pool
+
+    async def post(
+        self,
+        url: str,
+        *,
+        json: Any = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Reply:
+        """POST ``json`` (encoded here) or ``content``; the whole exchange within ``timeout``."""
+        body = jsonfast.dumps(json) if content is None else content
+        kind = "application/json" if content is None else None
+        return await self.request("POST", url, body, headers, timeout, kind)
+
+    async def get(self, url: str, *, timeout: float | None = None) -> Reply:
+        return await self.request("GET", url, b"", None, timeout, None)
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        body: bytes,
+        headers: dict[str, str] | None,
+        timeout: float | None,
+        content_type: str | None = None,
+    ) -> Reply:
+        parts = urlsplit(url)
+        scheme = parts.scheme
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise httpx.UnsupportedProtocol(f"not an http(s) URL: {url!r}")
+        port = parts.port or (443 if scheme == "https" else 80)
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        head = self._head(method, target, parts.netloc)
+        extra = dict(headers or {})
+        if content_type is not None:
+            extra.setdefault("content-type", content_type)
+        for name, value in extra.items():
+            if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
+                raise httpx.LocalProtocolError(f"header {name!r} holds CR or LF")
+        lines = "".join(f"{name}: {value}\r\n" for name, value in extra.items())
+        request = b"%s%scontent-length: %d\r\n\r\n%s" % (
+            head,
+            lines.encode("latin-1"),
+            len(body),
+            body,
+        )
+        pool = self._pool(scheme, parts.hostname, port)
+        deadline = self.timeout_s if timeout is None else timeout
+        conn: _Connection | None = None
+        reusable = False
+        try:
+            async with asyncio.timeout(deadline):
+                conn, _ = await pool.acquire(
+                    min(self.connect_timeout_s, deadline), self.keepalive_s
+                )
+                reply = await conn.exchange(request)
+            reusable = True
+            return reply
+        except TimeoutError:
+            raise httpx.ReadTimeout(f"no complete answer within {deadline:g}s") from None
+        finally:
+            if conn is not None:
+                pool.release(conn, reusable)
+
+    def _head(self, method: str, target: str, netloc: str) -> bytes:
+        key = (method, target, netloc)
+        head = self._heads.get(key)
+        if head is None:
+            head = f"{method} {target} HTTP/1.1\r\nhost: {netloc}\r\n".encode("latin-1")
+            if len(self._heads) < 4096:
+                self._heads[key] = head
+        return head
+
+    async def aclose(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
