@@ -221,6 +221,7 @@ class ServerSettings(_Section):
     max_connections: int = Field(1000, ge=1)  # open connections at once; beyond: 503
     max_connections_per_client: int = Field(100, ge=1)  # per client address; beyond: 429
     max_header_bytes: int = Field(16384, ge=1024)  # request line + headers (read at start-up)
+    http: Literal["httptools", "h11"] = "httptools"  # uvicorn's HTTP parser (read at start-up)
 
 
 class ReloadSettings(_Section):

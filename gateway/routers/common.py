@@ -17,8 +17,9 @@ from gateway.inputs import InputError
 from gateway.runtime import Runtime
 
 
-def get_runtime(request: Request) -> Runtime:
-    """FastAPI dependency: the app's :class:`Runtime`."""
+async def get_runtime(request: Request) -> Runtime:
+    """FastAPI dependency: the app's :class:`Runtime` (async: FastAPI runs a plain function
+    dependency in a worker thread, two thread switches per request)."""
     return request.app.state.runtime
 
 

@@ -8,11 +8,19 @@ import json
 import socket
 import threading
 
+import pytest
+
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, png_bytes
 from tests.waiting import wait_for
 
 PNG = b64(png_bytes())
+
+
+@pytest.fixture(params=["httptools", "h11"])
+def http_impl(request: pytest.FixtureRequest) -> str:
+    """Both uvicorn protocols carry the bounds (server.http)."""
+    return request.param
 
 
 def connect(port: int, source: str = "127.0.0.1") -> socket.socket:
@@ -39,8 +47,10 @@ def parse(raw: bytes) -> tuple[int, dict[str, str], dict]:
     return int(lines[0].split()[1]), headers, json.loads(body)
 
 
-def test_slow_headers_and_idle_connections_are_cut(fleet, start_gateway):
-    gw = start_gateway(gateway_config(fleet.urls, server={"header_timeout_s": 1}))
+def test_slow_headers_and_idle_connections_are_cut(fleet, start_gateway, http_impl):
+    gw = start_gateway(
+        gateway_config(fleet.urls, server={"header_timeout_s": 1, "http": http_impl})
+    )
     slow = connect(gw.server.port)
     slow.sendall(b"POST /ocr HTTP/1.1\r\nHost: x\r\nContent-Type: appl")
     idle = connect(gw.server.port)
@@ -67,8 +77,8 @@ def dribble(sock: socket.socket, stop: threading.Event) -> threading.Thread:
     return thread
 
 
-def test_a_dribbling_body_is_cut_with_408(fleet, start_gateway):
-    gw = start_gateway(gateway_config(fleet.urls, server={"body_timeout_s": 1}))
+def test_a_dribbling_body_is_cut_with_408(fleet, start_gateway, http_impl):
+    gw = start_gateway(gateway_config(fleet.urls, server={"body_timeout_s": 1, "http": http_impl}))
     sock = connect(gw.server.port)
     sock.sendall(
         b"POST /ocr HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -86,10 +96,12 @@ def test_a_dribbling_body_is_cut_with_408(fleet, start_gateway):
     assert all(not d.requests for d in fleet.doubles)
 
 
-def test_a_body_dribbling_after_an_early_answer_is_cut(fleet, start_gateway):
+def test_a_body_dribbling_after_an_early_answer_is_cut(fleet, start_gateway, http_impl):
     token = {"name": "t", "sha256": "0" * 64}
     gw = start_gateway(
-        gateway_config(fleet.urls, server={"body_timeout_s": 1}, auth={"tokens": [token]})
+        gateway_config(
+            fleet.urls, server={"body_timeout_s": 1, "http": http_impl}, auth={"tokens": [token]}
+        )
     )
     sock = connect(gw.server.port)
     sock.sendall(b"POST /ocr HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
@@ -102,8 +114,10 @@ def test_a_body_dribbling_after_an_early_answer_is_cut(fleet, start_gateway):
     assert raw.startswith(b"HTTP/1.1 401")
 
 
-def test_many_dribbling_connections_do_not_stop_normal_requests(fleet, start_gateway):
-    gw = start_gateway(gateway_config(fleet.urls, server={"header_timeout_s": 3}))
+def test_many_dribbling_connections_do_not_stop_normal_requests(fleet, start_gateway, http_impl):
+    gw = start_gateway(
+        gateway_config(fleet.urls, server={"header_timeout_s": 3, "http": http_impl})
+    )
     stop = threading.Event()
     dribblers = []
     for _ in range(40):
@@ -122,9 +136,12 @@ def test_many_dribbling_connections_do_not_stop_normal_requests(fleet, start_gat
     assert all(a.startswith(b"HTTP/1.1 408") for a in answers)
 
 
-def test_connection_caps(fleet, start_gateway):
+def test_connection_caps(fleet, start_gateway, http_impl):
     gw = start_gateway(
-        gateway_config(fleet.urls, server={"max_connections_per_client": 3, "max_connections": 8})
+        gateway_config(
+            fleet.urls,
+            server={"max_connections_per_client": 3, "max_connections": 8, "http": http_impl},
+        )
     )
     held = [connect(gw.server.port, source="127.0.0.2") for _ in range(3)]
     assert wait_for(lambda: len(gw.server.server.server_state.connections) >= 3)
@@ -144,8 +161,10 @@ def test_connection_caps(fleet, start_gateway):
         sock.close()
 
 
-def test_malformed_and_oversized_requests_get_the_json_body(fleet, start_gateway):
-    gw = start_gateway(gateway_config(fleet.urls, server={"max_header_bytes": 4096}))
+def test_malformed_and_oversized_requests_get_the_json_body(fleet, start_gateway, http_impl):
+    gw = start_gateway(
+        gateway_config(fleet.urls, server={"max_header_bytes": 4096, "http": http_impl})
+    )
     big = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 10000 + b"\r\n\r\n"
     for raw, status, code in (
         (b"GARBAGE\r\n\r\n", 400, "bad_http_request"),
