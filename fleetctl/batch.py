@@ -8,11 +8,14 @@
 * Atomic: markdown is written to a temporary file in the same folder and renamed into place.
 * A refused token (401/403) stops the batch: no further document is sent, none of those refused
   counts as failed, and `Summary.refused` says why; a re-run with a valid token continues.
+* Long documents (`JobPolicy`: PDFs over 8 pages by default) go through the gateway's job API
+  (:mod:`fleetctl.jobclient`) with a progress bar of their pages; the rest through ``/ocr``. A
+  gateway without jobs gets them through ``/ocr`` too, after a one-line notice.
 
 Usage::
 
-    jobs = plan(["scans/"], Path("out"))
-    summary = asyncio.run(run(jobs.todo, AsyncClient(url), concurrency=8))
+    work = plan(["scans/"], Path("out"))
+    summary = asyncio.run(run(work.todo, AsyncClient(url), concurrency=8))
 """
 
 from __future__ import annotations
@@ -24,24 +27,27 @@ import os
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
     Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.text import Text
 
-from fleetctl.client import AsyncClient, AuthError, OcrError, sniff
+from fleetctl.client import AsyncClient, AuthError, OcrError, OcrResult, sniff
+from fleetctl.jobclient import JobPolicy, JobResult, JobStatus, JobsUnavailable, ocr_job, wants_job
 
 IMAGE_EXTS = frozenset({".png", ".jpg", ".jpeg", ".jpe", ".bmp", ".tif", ".tiff", ".webp"})
 PDF_EXTS = frozenset({".pdf"})
@@ -62,11 +68,13 @@ class Job:
 @dataclass(frozen=True)
 class Failure:
     file: str
-    status: int | str  # HTTP status, "transport", "invalid", "missing", "write"
+    # HTTP status, "transport", "invalid", "missing", "write", "job_failed", "job_timeout"
+    status: int | str
     message: str
     code: str | None = None
     request_id: str | None = None
     attempts: int | None = None
+    job_id: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -89,6 +97,8 @@ class Summary:
     interrupted: bool = False
     refused: AuthError | None = None  # the gateway refused the token; the batch stopped
     left: int = 0  # documents not done because of `refused` (a re-run does them)
+    via_jobs: int = 0  # documents done through the job API
+    jobs_off: str | None = None  # why the gateway's jobs are not used (then /ocr serves all)
 
     def on_retry(self, attempt: int, delay: float, reason: str) -> None:
         """Pass as ``AsyncClient(on_retry=summary.on_retry)`` to count retries."""
@@ -191,11 +201,50 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 class RateColumn(ProgressColumn):
-    """Documents per second."""
+    """Documents (or, for tasks with ``unit="page"``, pages) per second."""
 
     def render(self, task: Task) -> Text:
         speed = task.finished_speed or task.speed
-        return Text("-- doc/s" if speed is None else f"{speed:.2f} doc/s", style="cyan")
+        unit = task.fields.get("unit", "doc")
+        return Text(f"-- {unit}/s" if speed is None else f"{speed:.2f} {unit}/s", style="cyan")
+
+
+class JobBars:
+    """The progress rows of the documents going through jobs: one per document (its pages;
+    removed when it ends) and ``job pages``, all their pages together (a failed document's
+    pages leave it again)."""
+
+    def __init__(self, bar: Progress) -> None:
+        self.bar = bar
+        self.pages = bar.add_task("job pages", total=0, visible=False, unit="page")
+        self._active: dict[TaskID, tuple[int, int]] = {}  # row: (total, extracted) pages
+        self._done = (0, 0)
+
+    def follow(self, name: str) -> tuple[TaskID, Callable[[JobStatus], None]]:
+        """A row for document `name` and the ``on_status`` callback that moves it."""
+        short = name if len(name) <= 40 else name[:19] + "…" + name[-20:]
+        row = self.bar.add_task(f"  {escape(short)}", total=None, unit="page")
+        self._active[row] = (0, 0)
+
+        def on_status(st: JobStatus) -> None:
+            self.bar.update(row, total=st.total_pages, completed=st.extracted_pages)
+            self._active[row] = (st.total_pages or 0, st.extracted_pages)
+            self._show()
+
+        return row, on_status
+
+    def end(self, row: TaskID, ok: bool) -> None:
+        """Remove the document's row; its pages stay in ``job pages`` when it is `ok`."""
+        total, _ = self._active.pop(row)
+        if ok:
+            self._done = (self._done[0] + total, self._done[1] + total)
+        self.bar.remove_task(row)
+        self._show()
+
+    def _show(self) -> None:
+        total = self._done[0] + sum(t for t, _ in self._active.values())
+        extracted = self._done[1] + sum(e for _, e in self._active.values())
+        self.bar.update(self.pages, total=total, completed=extracted, visible=total > 0)
 
 
 async def run(
@@ -205,12 +254,15 @@ async def run(
     summary: Summary | None = None,
     console: Console | None = None,
     progress: bool = True,
+    job_policy: JobPolicy | None = None,
 ) -> Summary:
-    """OCR `jobs` with at most `concurrency` requests in flight; fills and returns `summary`.
+    """OCR `jobs` with at most `concurrency` documents in flight; fills and returns `summary`.
 
+    `job_policy` (default `JobPolicy()`) picks the documents that go through the job API.
     Pass your own `summary` to keep the partial counts when the run is cancelled (Ctrl-C).
     """
     summary = summary or Summary()
+    policy = job_policy or JobPolicy()
     queue: asyncio.Queue[Job] = asyncio.Queue()
     for j in jobs:
         queue.put_nowait(j)
@@ -227,10 +279,38 @@ async def run(
         transient=False,
     )
     task = bar.add_task("OCR", total=len(jobs))
+    job_bars = JobBars(bar)
 
     def describe() -> str:
         failed = len(summary.failures)
         return "OCR" + (f" [red]{failed} failed[/]" if failed else "")
+
+    async def through_job(job: Job) -> JobResult | None:
+        """The document through a job; None when the gateway has no jobs (then /ocr)."""
+        row, on_status = job_bars.follow(job.src.name)
+        ok = False
+        try:
+            res = await ocr_job(client, job.src, policy, on_status)
+            ok = True
+            return res
+        except JobsUnavailable as e:
+            if summary.jobs_off is None:
+                summary.jobs_off = f"HTTP {e.status}: {e.message}"
+                bar.console.print(
+                    f"[yellow]the gateway runs no jobs ({escape(summary.jobs_off)}); "
+                    "long documents go through /ocr[/]"
+                )
+            return None
+        finally:
+            job_bars.end(row, ok)
+
+    async def ocr_one(job: Job) -> OcrResult | JobResult:
+        if summary.jobs_off is None and await wants_job(policy, job.src):
+            res = await through_job(job)
+            if res is not None:
+                summary.via_jobs += 1
+                return res
+        return await client.ocr(job.src)
 
     async def worker() -> None:
         while True:
@@ -242,7 +322,7 @@ async def run(
                 summary.left += 1
                 continue
             try:
-                res = await client.ocr(job.src)
+                res = await ocr_one(job)
             except AuthError as e:
                 summary.refused = summary.refused or e
                 summary.left += 1
@@ -255,6 +335,7 @@ async def run(
                         e.code,
                         e.request_id,
                         e.attempts,
+                        e.job_id,
                     )
                 )
             except OSError as e:
@@ -275,8 +356,7 @@ async def run(
             await asyncio.gather(*workers)
         except asyncio.CancelledError:
             summary.interrupted = True
-            for w in workers:
-                w.cancel()
+            # gather has cancelled the workers; wait for them (a job's DELETE included)
             await asyncio.gather(*workers, return_exceptions=True)
             raise
     return summary

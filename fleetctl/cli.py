@@ -34,8 +34,10 @@ from fleetctl import batch, ops
 from fleetctl.auth import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, resolve
 from fleetctl.client import AsyncClient, RetryPolicy
 from fleetctl.docker import Docker, DockerError
+from fleetctl.jobclient import JobPolicy
 from fleetctl.ports import BOUND, FREE, LISTENING, TAKEN, check_port
 from fleetctl.topology import Fleet, TopologyError, load_fleet
+from gateway.settings import ConfigError, load_settings
 
 OK, BAD, USAGE, INTERRUPTED = 0, 1, 2, 130
 GATEWAY_ENV = "FLEETCTL_GATEWAY"
@@ -132,7 +134,74 @@ def _parsers() -> argparse.ArgumentParser:
     o.add_argument("--force", action="store_true", help="redo inputs with up-to-date output")
     o.add_argument("--report", type=Path, help=f"failures report (default OUT/{batch.REPORT_NAME})")
     o.add_argument("--no-progress", action="store_true")
+    j = o.add_argument_group("long documents (the gateway's job API)")
+    j.add_argument(
+        "--jobs",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="auto (default): PDFs of more than --job-pages pages go through a job; always: "
+        "every document; never: all through /ocr",
+    )
+    j.add_argument(
+        "--job-pages",
+        type=_count,
+        default=JobPolicy.min_pages,
+        metavar="N",
+        help=f"auto: a PDF of more than N pages is a job (default {JobPolicy.min_pages}, the "
+        "gateway's default jobs.split_threshold_pages)",
+    )
+    j.add_argument(
+        "--job-timeout",
+        type=_seconds,
+        default=JobPolicy.timeout_s,
+        metavar="S",
+        help=f"a job not done after S seconds is cancelled (default {JobPolicy.timeout_s:g})",
+    )
+    j.add_argument(
+        "--job-model",
+        metavar="NAME",
+        help="the model to ask for (default: none, so the gateway takes its jobs.model)",
+    )
+    j.add_argument(
+        "--gateway-config",
+        type=Path,
+        metavar="FILE",
+        help="the gateway's config.json: its postprocess rules are applied to job results "
+        "(default: the gateway's default rules)",
+    )
     return p
+
+
+def _count(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"not a page count (0 or more): {value!r}")
+    return n
+
+
+def _seconds(value: str) -> float:
+    try:
+        s = float(value)
+    except ValueError:
+        s = -1.0
+    if not s > 0:
+        raise argparse.ArgumentTypeError(f"not a number of seconds (over 0): {value!r}")
+    return s
+
+
+def _job_policy(a: argparse.Namespace) -> JobPolicy:
+    """The --jobs options as a `JobPolicy`; `ConfigError` for a bad --gateway-config."""
+    rules = load_settings(a.gateway_config).postprocess if a.gateway_config else None
+    return JobPolicy(
+        mode=a.jobs,
+        min_pages=a.job_pages,
+        model=a.job_model or None,
+        timeout_s=a.job_timeout,
+        **({"postprocess": rules} if rules else {}),
+    )
 
 
 def _selection(fleet: Fleet, a: argparse.Namespace) -> list[Any]:
@@ -316,6 +385,7 @@ def cmd_ocr(a: argparse.Namespace) -> int:
             raise TopologyError("the stack outputs have no gateway_url; pass --gateway URL")
     err = _console(stderr=True)
     tokens = resolve(a.token)
+    policy = _job_policy(a)
     work = batch.plan(a.inputs, a.out, force=a.force)
     err.print(
         f"{len(work.todo)} to OCR, {len(work.uptodate)} up to date (skipped), "
@@ -333,7 +403,9 @@ def cmd_ocr(a: argparse.Namespace) -> int:
 
     async def main() -> None:
         async with client:
-            await batch.run(work.todo, client, a.concurrency, summary, err, not a.no_progress)
+            await batch.run(
+                work.todo, client, a.concurrency, summary, err, not a.no_progress, policy
+            )
 
     try:
         asyncio.run(main())
@@ -344,7 +416,8 @@ def cmd_ocr(a: argparse.Namespace) -> int:
     rate = summary.done / summary.elapsed if summary.elapsed > 0 else 0.0
     err.print(
         f"{'interrupted: ' if summary.interrupted else ''}{summary.done} done "
-        f"({summary.pages} pages), {len(failures)} failed, {len(work.uptodate)} skipped "
+        f"({summary.pages} pages{f', {summary.via_jobs} via jobs' if summary.via_jobs else ''}), "
+        f"{len(failures)} failed, {len(work.uptodate)} skipped "
         f"in {summary.elapsed:.1f}s ({rate:.2f} doc/s, {summary.retries} retries)"
     )
     if report:
@@ -382,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_ocr(a)
         fleet = load_fleet(a.outputs, a.stack)
         return COMMANDS[a.cmd](fleet, a)
-    except (TopologyError, batch.BatchError, TokenError) as e:
+    except (TopologyError, batch.BatchError, TokenError, ConfigError) as e:
         print(f"fleetctl: {e}", file=sys.stderr)
         return USAGE
     except DockerError as e:

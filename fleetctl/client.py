@@ -20,7 +20,9 @@ Tokens: ``token=`` is sent as ``Authorization: Bearer <token>``; without it the 
 ``token=""`` sends none. A 401/403 raises `AuthError` at once, never retried.
 
 Retries: HTTP 503 and 429 wait for ``Retry-After`` (capped), 502/504 and transport errors back
-off exponentially with jitter; every other 4xx/5xx fails at once with `OcrError`.
+off exponentially with jitter; every other 4xx/5xx fails at once with `OcrError`. The same
+retries serve other routes through ``call(method, path, parse)`` (the job API:
+:mod:`fleetctl.jobclient`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -94,6 +96,7 @@ class OcrError(Exception):
         self.code = code
         self.request_id = request_id
         self.attempts = attempts
+        self.job_id: str | None = None  # set when the document went through a job
 
     def __str__(self) -> str:
         head = f"HTTP {self.status}" if self.status is not None else "transport error"
@@ -174,11 +177,14 @@ def _request(
     else:
         p = Path(source)  # type: ignore[arg-type]
         data, name = p.read_bytes(), filename or p.name
+    return "/ocr-file", {"files": {"file": upload_part(data, name)}}
+
+
+def upload_part(data: bytes, name: str | None) -> tuple[str, bytes, str]:
+    """The multipart ``file`` part of a document: (file name, bytes, MIME type from magic)."""
     kind = sniff(data[:16])
     mime = kind[1] if kind else "application/octet-stream"
-    if name is None:
-        name = f"upload.{kind[0] if kind else 'bin'}"
-    return "/ocr-file", {"files": {"file": (name, data, mime)}}
+    return name or f"upload.{kind[0] if kind else 'bin'}", data, mime
 
 
 def _parse(r: httpx.Response, attempts: int, scrub: Callable[[str], str]) -> OcrResult | OcrError:
@@ -212,6 +218,10 @@ def _parse(r: httpx.Response, attempts: int, scrub: Callable[[str], str]) -> Ocr
     return OcrError(text, r.status_code, None, r.headers.get("x-request-id"), attempts)
 
 
+T = TypeVar("T")
+Parser = Callable[[httpx.Response, int, Callable[[str], str]], T | OcrError]
+"""Reads an answer: ``parse(response, attempt, scrub)`` gives the value, or the `OcrError`
+that `_Base._settle` retries or raises (``scrub`` masks the token in messages)."""
 OnRetry = Callable[[int, float, str], None]
 _LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64)
 
@@ -249,19 +259,23 @@ class _Base:
         return redact(text, (self._token,) if self._token else ())
 
     def _settle(
-        self, answer: httpx.Response | httpx.TransportError, attempt: int
-    ) -> OcrResult | float:
-        """What attempt number `attempt` came to: the result, or the seconds to wait before
+        self,
+        answer: httpx.Response | httpx.TransportError,
+        attempt: int,
+        parse: Parser[T],
+        retry: RetryPolicy,
+    ) -> T | _Wait:
+        """What attempt number `attempt` came to: the parsed value, or how long to wait before
         the next attempt; raises `OcrError` when the failure is final."""
         if isinstance(answer, httpx.TransportError):
-            outcome: OcrResult | OcrError = OcrError(
+            outcome: T | OcrError = OcrError(
                 self._scrub(f"{type(answer).__name__}: {answer}"), None, "transport", None, attempt
             )
             retry_after = None
         else:
-            outcome = _parse(answer, attempt, self._scrub)
+            outcome = parse(answer, attempt, self._scrub)
             retry_after = answer.headers.get("retry-after")
-        if isinstance(outcome, OcrResult):
+        if not isinstance(outcome, OcrError):
             return outcome
         if outcome.status in REFUSED:
             raise AuthError(
@@ -271,12 +285,20 @@ class _Base:
                 outcome.request_id,
                 attempt,
             )
-        delay = self.retry.delay_for(outcome.status, retry_after, attempt)
+        delay = retry.delay_for(outcome.status, retry_after, attempt)
         if delay is None:
             raise outcome
         if self.on_retry:
             self.on_retry(attempt, delay, str(outcome))
-        return delay
+        return _Wait(delay)
+
+    def _target(self, path: str) -> str:
+        return path if path.startswith(("http://", "https://")) else self.url + path
+
+
+@dataclass(frozen=True)
+class _Wait:
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -315,19 +337,35 @@ class Client(_Base):
     ) -> OcrResult:
         """OCR one document; raises `OcrError` when it failed after the allowed retries."""
         path, kw = _request(source, url, server_path, data_url, filename)
+        return self.call("POST", path, _parse, **kw)
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        parse: Parser[T],
+        *,
+        auth: bool = True,
+        retry: RetryPolicy | None = None,
+        **kw: Any,
+    ) -> T:
+        """One request (`path` relative to the gateway, or a whole URL) with this client's
+        retries; `parse` reads each answer. ``auth=False`` sends no ``Authorization``."""
+        policy = retry or self.retry
         attempt = 0
         while True:
             attempt += 1
             try:
-                answer: httpx.Response | httpx.TransportError = self._http.post(
-                    self.url + path, **kw
-                )
+                request = self._http.build_request(method, self._target(path), **kw)
+                if not auth:
+                    request.headers.pop("authorization", None)
+                answer: httpx.Response | httpx.TransportError = self._http.send(request)
             except httpx.TransportError as e:
                 answer = e
-            settled = self._settle(answer, attempt)
-            if isinstance(settled, OcrResult):
+            settled = self._settle(answer, attempt, parse, policy)
+            if not isinstance(settled, _Wait):
                 return settled
-            time.sleep(settled)
+            time.sleep(settled.seconds)
 
     def ocr_many(self, sources: Iterable[Source], concurrency: int = 8) -> list[OcrOutcome]:
         """OCR many documents with at most `concurrency` in flight; results in input order."""
@@ -377,19 +415,40 @@ class AsyncClient(_Base):
             data = await asyncio.to_thread(Path(source).read_bytes)
             source, filename = data, filename or Path(source).name
         path, kw = _request(source, url, server_path, data_url, filename)
+        return await self.call("POST", path, _parse, **kw)
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        parse: Parser[T],
+        *,
+        auth: bool = True,
+        retry: RetryPolicy | None = None,
+        **kw: Any,
+    ) -> T:
+        """One request (`path` relative to the gateway, or a whole URL) with this client's
+        retries; `parse` reads each answer. ``auth=False`` sends no ``Authorization``.
+
+        Usage::
+
+            data = await client.call("GET", "/api/v2/ocr/jobs/" + job_id, read_envelope)
+        """
+        policy = retry or self.retry
         attempt = 0
         while True:
             attempt += 1
             try:
-                answer: httpx.Response | httpx.TransportError = await self._http.post(
-                    self.url + path, **kw
-                )
+                request = self._http.build_request(method, self._target(path), **kw)
+                if not auth:
+                    request.headers.pop("authorization", None)
+                answer: httpx.Response | httpx.TransportError = await self._http.send(request)
             except httpx.TransportError as e:
                 answer = e
-            settled = self._settle(answer, attempt)
-            if isinstance(settled, OcrResult):
+            settled = self._settle(answer, attempt, parse, policy)
+            if not isinstance(settled, _Wait):
                 return settled
-            await asyncio.sleep(settled)
+            await asyncio.sleep(settled.seconds)
 
     async def ocr_many(
         self,
