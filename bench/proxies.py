@@ -1,0 +1,284 @@
+"""The two proxies of ``bench.proxy_cpu``, each a real process tree over the same upstreams.
+
+- **nginx**: a reverse proxy over every upstream (round robin, upstream keep-alive, request
+  bodies buffered in memory up to 16 MiB, the access log on as by default), with its config,
+  logs and temporary folders in a work folder. ``daemon off`` keeps the master our child.
+- **the gateway**: ``python -m gateway --config PATH --host 127.0.0.1 --port P [extra args]``,
+  e.g. ``--workers 2``, from a snapshot of ``gateway/`` (``bench.procs.snapshot_gateway``).
+
+Usage::
+
+    ng = start_nginx(upstream_ports, workdir / "nginx", workers="1")
+    gw = start_gateway(config_dict, workdir, src, extra_args=["--workers", "2"])
+    ...                         # load on ng.port and gw.port; CPU of ng.pid's and gw.pid's trees
+    ng.stop(); gw.stop()
+
+``ensure_tools()`` installs nginx and wrk with apt-get where they are missing and this process
+may (root, apt-get present), without letting the package start a system nginx.
+``snapshot_rev(workdir, "HEAD")`` is ``gateway/`` of a git revision, to measure a committed
+gateway while the working tree changes; ``gateway_revision`` says which one a run measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.procs import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+
+APT_PACKAGES = {"nginx": "nginx-light", "wrk": "wrk"}
+FOREGROUND = ("-g", "daemon off; master_process on;")  # the master stays our child
+
+
+def nginx_binary() -> str | None:
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
+    )
+
+
+def ensure_tools(tools: tuple[str, ...] = ("nginx", "wrk")) -> dict[str, str]:
+    """Install the missing ``tools`` (apt-get, as root); return {tool: why it is still missing}."""
+    found = {"nginx": nginx_binary, "wrk": lambda: shutil.which("wrk")}
+    missing = [t for t in tools if found[t]() is None]
+    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
+        no_start = Path("/usr/sbin/policy-rc.d")  # keep the package from starting nginx on :80
+        made = not no_start.exists()
+        if made:
+            no_start.write_text("#!/bin/sh\nexit 101\n")
+            no_start.chmod(0o755)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        try:
+            pkgs = [APT_PACKAGES[t] for t in missing]
+            cmd = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *pkgs]
+            if subprocess.run(cmd, env=env, capture_output=True, timeout=600).returncode != 0:
+                subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True)
+                subprocess.run(cmd, env=env, capture_output=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        finally:
+            if made:
+                no_start.unlink(missing_ok=True)
+    why = "not installed, and apt-get could not install it (not root, or no apt-get)"
+    return {t: f"{t} {why}" for t in tools if found[t]() is None}
+
+
+def http_status(port: int, method: str = "GET", path: str = "/", body: bytes = b"") -> int:
+    """The status of one request to 127.0.0.1:port (OSError if nothing answers)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        headers = {"Content-Type": "application/json"} if body else {}
+        conn.request(method, path, body=body or None, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def post_json(port: int, path: str, body: bytes) -> tuple[int, dict]:
+    """POST ``body`` to 127.0.0.1:port``path``; (status, decoded JSON answer or {})."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+    finally:
+        conn.close()
+    try:
+        return resp.status, json.loads(data)
+    except ValueError:
+        return resp.status, {}
+
+
+@dataclass
+class ProxyProc:
+    """A started proxy: its process (the root of the tree to meter), port and log."""
+
+    name: str
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_tail(self, n: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def wait_ready(self, path: str, timeout_s: float) -> None:
+        """Until ``path`` answers 200 (or, for path "", any HTTP status)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self.log_tail()}")
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                status = http_status(self.port, "GET", path or "/")
+                if status == 200 or not path:
+                    return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{self.name} not ready after {timeout_s} s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+# ------------------------------------------------------------------------------ nginx
+
+
+def nginx_config(upstream_ports: list[int], port: int, folder: Path, workers: str = "1") -> str:
+    """An nginx.conf proxying 127.0.0.1:``port`` to every upstream, round robin."""
+    servers = "\n".join(f"    server 127.0.0.1:{p};" for p in upstream_ports)
+    temp = "\n".join(
+        f"  {kind}_temp_path {folder / kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    return f"""\
+# written by bench/proxies.py
+worker_processes {workers};
+pid {folder / "nginx.pid"};
+error_log {folder / "error.log"} warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log {folder / "access.log"};
+{temp}
+  client_max_body_size 100m;
+  client_body_buffer_size 16m;
+  keepalive_requests 1000000;
+  upstream paddlex {{
+{servers}
+    keepalive 128;
+    keepalive_requests 1000000;
+  }}
+  server {{
+    listen 127.0.0.1:{port} backlog=1024;
+    location / {{
+      proxy_pass http://paddlex;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_read_timeout 300s;
+    }}
+  }}
+}}
+"""
+
+
+def nginx_version() -> str:
+    exe = nginx_binary()
+    if exe is None:
+        return ""
+    r = subprocess.run([exe, "-v"], capture_output=True, text=True)
+    return (r.stderr or r.stdout).strip().removeprefix("nginx version: ").removeprefix("nginx/")
+
+
+def start_nginx(upstream_ports: list[int], folder: Path, workers: str = "1") -> ProxyProc:
+    """Start nginx (``workers``: a count or ``auto``) in the foreground; wait until it answers."""
+    exe = nginx_binary()
+    if exe is None:
+        raise RuntimeError("nginx is not installed (apt-get install nginx-light)")
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o755)  # the workers run as an unprivileged user when we are root
+    port = free_port()
+    conf = folder / "nginx.conf"
+    conf.write_text(nginx_config(upstream_ports, port, folder, workers))
+    log_path = folder / "stderr.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [exe, "-p", str(folder), "-e", str(folder / "error.log"), "-c", str(conf), *FOREGROUND],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    ng = ProxyProc(f"nginx ({workers} workers)", proc, port, log_path)
+    ng.wait_ready("", 15.0)
+    return ng
+
+
+# ------------------------------------------------------------------------------ the gateway
+
+
+def start_gateway(
+    cfg: dict,
+    workdir: Path,
+    src: Path | None = None,
+    extra_args: list[str] | None = None,
+    timeout_s: float = 60.0,
+) -> ProxyProc:
+    """``python -m gateway`` with ``cfg`` (from ``src``, a snapshot of gateway/, if given)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cfg_path = workdir / "gateway.json"
+    cfg_path.write_text(json.dumps(cfg, indent=1))
+    log_path = workdir / "gateway.log"
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    cmd = [sys.executable, "-m", "gateway", "--config", str(cfg_path)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), *(extra_args or [])]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=src or REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    gw = ProxyProc("gateway", proc, port, log_path)
+    gw.wait_ready("/health", timeout_s)
+    return gw
+
+
+# ------------------------------------------------------------------------------ what is measured
+
+
+def snapshot_rev(workdir: Path, rev: str) -> Path:
+    """``gateway/`` as of the git revision ``rev``, in ``workdir/src`` (as snapshot_gateway)."""
+    r = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "gateway"], capture_output=True, timeout=60
+    )
+    if r.returncode != 0:
+        raise SystemExit(f"--gateway-rev {rev}: {r.stderr.decode(errors='replace').strip()}")
+    src = workdir / "src"
+    with tarfile.open(fileobj=io.BytesIO(r.stdout)) as tar:
+        tar.extractall(src, filter="data")
+    return src
+
+
+def gateway_revision(rev: str) -> dict:
+    """The commit measured, and whether gateway/ differed from it (the working tree)."""
+
+    def git(*args: str) -> str:
+        r = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short=12", f"{rev or 'HEAD'}^{{commit}}")
+    dirty = not rev and bool(git("status", "--porcelain", "--", "gateway"))
+    return {"commit": commit, "source": f"git {rev}" if rev else "working tree", "dirty": dirty}

@@ -1,0 +1,244 @@
+"""The tables of ``bench.proxy_cpu``: a ``bench.report.Report``, printed or written into the docs.
+
+    python -m bench.proxy_cpu --from bench/results/proxy_cpu.json   # print, plot, update the docs
+
+``build_report(results)`` makes the targets table, CPU per request by size (nginx against the
+gateway, with the ratio), latency and throughput, and the latency each proxy adds over the fleet
+answered directly. ``update_docs(path, report)`` replaces what stands between the two
+``BEGIN``/``END`` markers of docs/benchmarks.md (and nothing else) with the report's Markdown.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench.report import Report, Table, print_console, render_markdown
+
+BEGIN = "<!-- bench.proxy_cpu results: begin (python -m bench.proxy_cpu rewrites this part) -->"
+END = "<!-- bench.proxy_cpu results: end -->"
+Results = dict[str, Any]
+
+
+def cell(cells: list[dict], target: str, route: str, size: str, conc: int) -> dict | None:
+    """The cell measured for target/route/size/concurrency, or None."""
+    for c in cells:
+        if (c["target"], c["route"], c["size"], c["concurrency"]) == (target, route, size, conc):
+            return c
+    return None
+
+
+def _columns(cells: list[dict]) -> list[tuple[str, str, str]]:
+    """(label, target, route) of each proxy column, in a fixed order, as measured."""
+    seen = {(c["target"], c["route"]) for c in cells}
+    cols = [("nginx", "nginx", "/layout-parsing")]
+    cols += [
+        (f"nginx, {t.removeprefix('nginx-')} workers", t, r)
+        for t, r in sorted(seen)
+        if t.startswith("nginx-")
+    ]
+    cols += [
+        ("gateway pass-through", "gateway", "/layout-parsing"),
+        ("gateway `/ocr`", "gateway", "/ocr"),
+    ]
+    return [c for c in cols if (c[1], c[2]) in seen]
+
+
+def _grid(results: Results) -> list[tuple[str, int]]:
+    s = results["meta"]["settings"]
+    return [(size, conc) for size in s["sizes"] for conc in s["concurrency"]]
+
+
+def _size(size: str, cells: list[dict]) -> str:
+    c = next((c for c in cells if c["size"] == size), None)
+    if c is None:
+        return size
+    return f"tiny ({c['doc_bytes']} B)" if size == "tiny" else size
+
+
+def _ms(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _cpu(c: dict | None) -> str:
+    if c is None:
+        return "-"
+    if "failed" in c:
+        return "failed"
+    mark = f" ({_errors(c)})" if c.get("errors") else ""
+    return _ms(c.get("cpu_ms")) + mark
+
+
+def _errors(c: dict) -> str:
+    return ", ".join(f"{n} {k} errors" for k, n in c["errors"].items())
+
+
+def _ratio(a: dict | None, b: dict | None, key: str = "cpu_ms") -> str:
+    if not a or not b or "failed" in a or "failed" in b or not a.get(key) or not b.get(key):
+        return "-"
+    return f"{a[key] / b[key]:.1f}×"
+
+
+def _lat(c: dict | None) -> str:
+    if c is None:
+        return "-"
+    if "failed" in c:
+        return "failed"
+    return f"{c['p50_ms']:.2f} / {c['p99_ms']:.2f} ms, {c['rps']:,.0f}/s"
+
+
+def _added(c: dict | None, direct: dict | None) -> str:
+    if not c or not direct or "failed" in c or "failed" in direct:
+        return "-"
+    return f"{c['p50_ms'] - direct['p50_ms']:+.2f} / {c['p99_ms'] - direct['p99_ms']:+.2f} ms"
+
+
+def build_report(results: Results) -> Report:
+    """The intro and the four tables of docs/benchmarks.md's issue-13 section."""
+    return Report(
+        _intro(results),
+        [
+            _targets_table(results["targets"]),
+            _cpu_table(results),
+            _latency_table(results),
+            _added_table(results),
+        ],
+    )
+
+
+def _intro(results: Results) -> str:
+    m = results["meta"]
+    s = m["settings"]
+    others = [c["other_cores"] for c in results["cells"] if "other_cores" in c]
+    busy = (
+        f" Other processes on the machine used {statistics.median(others):.2f} cores during a "
+        f"median cell, {max(others):.2f} at most."
+        if others
+        else ""
+    )
+    args = " ".join(m["gateway_args"]) or "none"
+    n = m.get("processes", {}).get("gateway")
+    procs = f"{n} process{'es' if n != 1 else ''}" if n else "? processes"
+    rev = m.get("gateway_revision") or {}
+    if rev.get("source") == "working tree":
+        dirty = ", with uncommitted changes" if rev.get("dirty") else ""
+        origin = f"gateway/ of the working tree (HEAD {rev.get('commit', '?')}{dirty})"
+    else:
+        origin = f"gateway/ of {rev.get('source', '?')} ({rev.get('commit', '?')})"
+    runs = sorted({c["wrk_s"] for c in results["cells"] if "wrk_s" in c}) or ["?"]
+    span = f"{runs[0]}-{runs[-1]}" if len(runs) > 1 else str(runs[0])
+    return (
+        f"Run: `{m['command']}`, {m['date']}, {m['cpus']} cores ({m['machine']}, Python "
+        f"{m['python']}), nginx {m['nginx'] or '-'}, {origin}, sources sha256 "
+        f"{m['gateway_sources'].get('sha256', '?')} (policy `{m['gateway_policy']}`, extra "
+        f"arguments: {args}, {procs}), {s['instances']} "
+        f"zero-latency upstreams, a wrk run of {span} s per cell, wall time "
+        f"{m.get('wall_s', '?')} s.{busy}"
+    )
+
+
+def _targets_table(targets: list[dict]) -> Table:
+    concs = sorted({int(k) for t in targets for k in t["cpu_ms"]})
+    t = Table(
+        "Targets: the gateway's CPU per document",
+        ("target", *[f"c = {c}" for c in concs], "limit", "met?"),
+        ("left", *["right"] * (len(concs) + 1), "left"),
+    )
+    for x in targets:
+        met = "not measured" if x["met"] is None else "**yes**" if x["met"] else "**no**"
+        t.add(
+            x["name"],
+            *[
+                _ms(x["cpu_ms"].get(str(c))) + " ms" if str(c) in x["cpu_ms"] else "-"
+                for c in concs
+            ],
+            f"{x['limit_ms']} ms",
+            met,
+        )
+    return t
+
+
+def _cpu_table(results: Results) -> Table:
+    cells = results["cells"]
+    cols = _columns(cells)
+    names: list[str] = []
+    for label, target, _ in cols:
+        names.append(label)
+        if target == "gateway":
+            names.append("× nginx")
+    t = Table(
+        "CPU per request (ms): nginx against the gateway",
+        ("document", "c", *names),
+        ("left", *["right"] * (len(names) + 1)),
+        note="CPU of the whole process tree (nginx: master and workers; the gateway: every "
+        "process) over the window, divided by the requests that reached the upstreams.",
+    )
+    for size, conc in _grid(results):
+        row = [_size(size, cells), str(conc)]
+        ng = cell(cells, "nginx", "/layout-parsing", size, conc)
+        for _, target, route in cols:
+            c = cell(cells, target, route, size, conc)
+            row.append(_cpu(c))
+            if target == "gateway":
+                row.append(_ratio(c, ng))
+        t.add(*row)
+    return t
+
+
+def _latency_table(results: Results) -> Table:
+    cells = results["cells"]
+    cols = [("direct to the fleet", "direct", "/layout-parsing"), *_columns(cells)]
+    t = Table(
+        "Latency p50 / p99 (wrk) and throughput (steady window), c requests in flight",
+        ("document", "c", *[label for label, _, _ in cols]),
+        ("left", *["right"] * (len(cols) + 1)),
+    )
+    for size, conc in _grid(results):
+        t.add(
+            _size(size, cells),
+            str(conc),
+            *[_lat(cell(cells, target, route, size, conc)) for _, target, route in cols],
+        )
+    return t
+
+
+def _added_table(results: Results) -> Table:
+    cells = results["cells"]
+    cols = _columns(cells)
+    t = Table(
+        "Latency added over the fleet answered directly (p50 / p99)",
+        ("document", "c", *[label for label, _, _ in cols]),
+        ("left", *["right"] * (len(cols) + 1)),
+    )
+    for size, conc in _grid(results):
+        direct = cell(cells, "direct", "/layout-parsing", size, conc)
+        t.add(
+            _size(size, cells),
+            str(conc),
+            *[_added(cell(cells, target, route, size, conc), direct) for _, target, route in cols],
+        )
+    return t
+
+
+def print_report(report: Report) -> None:
+    print_console(report)
+
+
+def markdown(report: Report) -> str:
+    return render_markdown(report)
+
+
+def update_docs(path: Path, report: Report) -> str:
+    """Put the report's Markdown between the markers of ``path``; say what was done."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        return f"docs not updated: {exc}"
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        return f"docs not updated: {path} has no {BEGIN!r} ... {END!r} markers"
+    block = f"{BEGIN}\n{markdown(report)}{END}"
+    path.write_text(pattern.sub(lambda _m: block, text, count=1))
+    return f"tables written into {path}"
