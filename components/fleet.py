@@ -11,6 +11,7 @@ import pulumi_docker as docker
 
 from components import render
 from components.access import check_access
+from components.balancer import Balancer, BalancerArgs
 from components.card import NpuCard, NpuCardArgs
 from components.gateway import Gateway, GatewayArgs
 from components.plan import FleetPlan, HostPlan, port_clashes, topology_ports
@@ -73,29 +74,54 @@ class Fleet:
                 )
             )
         servers = [server for card in self.cards for server in card.paddlex]
-        self.gateway = Gateway(
-            f"{plan.gateway.host.name}-gateway",
-            GatewayArgs(
-                settings,
-                plan.gateway,
-                upstreams=[
-                    server.url.apply(lambda _, p=instance: render.gateway_upstream(p))
-                    for server, instance in zip(servers, plan.paddlex, strict=True)
-                ],
-                image=settings.gateway_image,
-                provider=self.providers[plan.gateway.host.name],
-                guard=guard,
-            ),
-            _former_names(plan.gateway.host, "-gateway"),
-        )
+        upstreams = {
+            instance: server.url.apply(lambda _, p=instance: render.gateway_upstream(p))
+            for server, instance in zip(servers, plan.paddlex, strict=True)
+        }
+        self.gateways = [
+            Gateway(
+                f"{gateway.host.name}-gateway",
+                GatewayArgs(
+                    settings,
+                    gateway,
+                    upstreams=[upstreams[p] for p in plan.paddlex_of(gateway)],
+                    image=settings.gateway_image,
+                    provider=self.providers[gateway.host.name],
+                    guard=guard,
+                ),
+                _former_names(gateway.host, "-gateway"),
+            )
+            for gateway in plan.gateways
+        ]
+        self.balancer: Balancer | None = None
+        if plan.balancer is not None:
+            host = plan.balancer.host
+            self.balancer = Balancer(
+                f"{host.name}-balancer",
+                BalancerArgs(
+                    settings,
+                    plan,
+                    gateways=[g.url for g in self.gateways],
+                    provider=self.providers[host.name],
+                    guard=guard,
+                ),
+                _former_names(host, "-balancer"),
+            )
 
     def outputs(self) -> dict[str, object]:
-        return {
+        """`gateway_url` is where clients send documents: the one gateway, or the balancer
+        (then `gateways` lists every gateway)."""
+        outputs: dict[str, object] = {
             "upstreams": [server.url for card in self.cards for server in card.paddlex],
             "vllm_endpoints": [server.url for card in self.cards for server in card.vllm],
-            "gateway_url": self.gateway.url,
-            "topology": render.topology(self.settings, self.plan),
         }
+        if self.balancer is None:
+            outputs["gateway_url"] = self.gateways[0].url
+        else:
+            outputs["gateway_url"] = self.balancer.url
+            outputs["gateways"] = [g.url for g in self.gateways]
+        outputs["topology"] = render.topology(self.settings, self.plan)
+        return outputs
 
 
 class HostImages:

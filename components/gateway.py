@@ -12,12 +12,11 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components import containers, render
+from components.images import BuildSpec, build_image
 from components.plan import GatewayPlan
 from components.settings import FleetSettings
 
-GATEWAY_CONTEXT = "gateway"
-"""The gateway image's build context, relative to the project root (only what the image needs)."""
-GATEWAY_REPOSITORY = "paddleocr-fleet/gateway"
+GATEWAY_BUILD = BuildSpec(context="gateway", repository="paddleocr-fleet/gateway")
 
 
 @dataclass
@@ -40,10 +39,12 @@ class Gateway(pulumi.ComponentResource):
     def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("paddleocr-fleet:fleet:Gateway", name, {}, opts)
         settings, gateway = args.settings, args.plan
-        self._cleanups: list[pulumi.Resource] = []
-        image = args.image
+        image, cleanups = args.image, []
         if image is None:
-            image = self._build(name, gateway, args.provider, args.guard)
+            image, cleanup = build_image(
+                self, f"{name}-image", GATEWAY_BUILD, gateway.host, args.provider, args.guard
+            )
+            cleanups.append(cleanup)
         self.config_json = pulumi.Output.all(*args.upstreams).apply(
             lambda entries: render.gateway_config_json(settings, list(entries))
         )
@@ -71,7 +72,7 @@ class Gateway(pulumi.ComponentResource):
             destroy_grace_seconds=containers.STOP_GRACE_S,
             # Later configs arrive through `install` below and are reloaded in place.
             opts=containers.child_opts(
-                self, args.provider, ignore_changes=["uploads"], depends_on=self._cleanups
+                self, args.provider, ignore_changes=["uploads"], depends_on=cleanups
             ),
         )
         self.install = command.local.Command(
@@ -91,46 +92,3 @@ class Gateway(pulumi.ComponentResource):
         )
         self.url = self.ready.stdout.apply(lambda _: gateway.url)
         self.register_outputs({"url": self.url, "config": self.config_json.apply(json.loads)})
-
-    def _build(
-        self,
-        name: str,
-        gateway: GatewayPlan,
-        provider: pulumi.ProviderResource | None,
-        guard: pulumi.Output[str] | None,
-    ) -> pulumi.Output[str]:
-        """Build the image on the gateway's host; the container refers to its id (`repoDigest`,
-        the local image id when nothing is pushed), so a rebuilt image replaces the container.
-
-        pulumi-docker rebuilds when the context's files change and never deletes an image, so a
-        command beside it removes each image the stack built once its container is gone: on a
-        rebuild the old one, on destroy the last.
-        """
-        host = gateway.host
-        built = docker.Image(
-            f"{name}-image",
-            image_name=pulumi.Output.from_input(guard or "").apply(
-                lambda _: f"{GATEWAY_REPOSITORY}:{pulumi.get_stack()}"
-            ),
-            build=docker.DockerBuildArgs(
-                context=GATEWAY_CONTEXT,
-                dockerfile=f"{GATEWAY_CONTEXT}/Dockerfile",
-                args=dict(host.build_args) or None,
-                platform=host.platform,
-                network="host",
-            ),
-            skip_push=True,
-            opts=pulumi.ResourceOptions(parent=self, provider=provider),
-        )
-        cleanup = command.local.Command(
-            f"{name}-image-cleanup",
-            create="true",
-            delete=pulumi.Output.all(built.image_name, built.repo_digest).apply(
-                lambda parts: render.image_cleanup_command(*parts)
-            ),
-            environment=host.docker_env,
-            triggers=[built.repo_digest],
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=False),
-        )
-        self._cleanups.append(cleanup)
-        return built.repo_digest

@@ -123,6 +123,8 @@ class GatewayPlan:
     host: HostPlan
     port: int
     container_name: str
+    owns: str | None = None
+    """The host whose PaddleX instances this gateway dispatches to; None: every host's."""
 
     @property
     def url(self) -> str:
@@ -138,10 +140,58 @@ class GatewayPlan:
 
 
 @dataclass(frozen=True)
+class BalancerPlan:
+    """The balancer of the per-host layout: one container in front of every gateway."""
+
+    host: HostPlan
+    port: int
+    container_name: str
+    kind: str
+    backends: tuple[GatewayPlan, ...]
+    check_interval_s: float
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host.address}:{self.port}"
+
+    @property
+    def local_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def config_path(self) -> str:
+        return f"{CONFIG_DIR_IN_CONTAINER}/haproxy.cfg"
+
+    @property
+    def jobs_backend(self) -> GatewayPlan:
+        """The gateway that takes the job API (its job store is its own): the balancer's
+        host's, else the first; the others stand by for new jobs should it go down."""
+        return next((g for g in self.backends if g.host == self.host), self.backends[0])
+
+
+@dataclass(frozen=True)
 class FleetPlan:
     hosts: tuple[HostPlan, ...]
     cards: tuple[CardPlan, ...]
-    gateway: GatewayPlan
+    gateways: tuple[GatewayPlan, ...]
+    balancer: BalancerPlan | None = None
+    """Set in the per-host layout (`gatewayLayout: per-host`), in front of the gateways."""
+
+    @property
+    def layout(self) -> str:
+        return "single" if self.balancer is None else "per-host"
+
+    @property
+    def gateway(self) -> GatewayPlan:
+        """The fleet's one gateway (the single layout, or per-host with one host)."""
+        if len(self.gateways) != 1:
+            raise ValueError(f"{len(self.gateways)} gateways in this plan: read `gateways`")
+        return self.gateways[0]
+
+    @property
+    def entry_url(self) -> str:
+        """Where clients send documents: the balancer, else the one gateway."""
+        return self.balancer.url if self.balancer is not None else self.gateway.url
 
     @property
     def vllm(self) -> tuple[VllmInstance, ...]:
@@ -150,6 +200,10 @@ class FleetPlan:
     @property
     def paddlex(self) -> tuple[PaddlexInstance, ...]:
         return tuple(p for c in self.cards for p in c.paddlex)
+
+    def paddlex_of(self, gateway: GatewayPlan) -> tuple[PaddlexInstance, ...]:
+        """The upstreams of `gateway`, in plan order."""
+        return tuple(p for p in self.paddlex if gateway.owns in (None, p.host.name))
 
     def cards_of(self, host: str) -> tuple[CardPlan, ...]:
         return tuple(c for c in self.cards if c.host.name == host)
@@ -171,8 +225,10 @@ Slot = tuple[str, int | None, str, int]
 def slot_ports(plan: FleetPlan) -> dict[Slot, int]:
     ports: dict[Slot, int] = {(v.host.name, v.card, "vllm", v.index): v.port for v in plan.vllm}
     ports.update({(p.host.name, p.card, "paddlex", p.index): p.port for p in plan.paddlex})
-    gateway = plan.gateway
-    ports[(gateway.host.name, None, "gateway", 0)] = gateway.port
+    for gateway in plan.gateways:
+        ports[(gateway.host.name, None, "gateway", 0)] = gateway.port
+    if plan.balancer is not None:
+        ports[(plan.balancer.host.name, None, "balancer", 0)] = plan.balancer.port
     return ports
 
 
@@ -188,9 +244,13 @@ def topology_ports(topology: Mapping[str, Any]) -> dict[Slot, int]:
                 for server in vllm.get("paddlex", []):
                     ports[(host["name"], number, "paddlex", paddlex)] = int(server["port"])
                     paddlex += 1
-    gateway = topology.get("gateway")
-    if gateway:
-        ports[(gateway["host"], None, "gateway", 0)] = int(gateway["port"])
+    gateways = topology.get("gateways") or [topology.get("gateway") or {}]
+    for gateway in gateways:
+        if gateway:
+            ports[(gateway["host"], None, "gateway", 0)] = int(gateway["port"])
+    balancer = topology.get("balancer")
+    if balancer:
+        ports[(balancer["host"], None, "balancer", 0)] = int(balancer["port"])
     return ports
 
 
@@ -212,7 +272,7 @@ def port_clashes(previous: Mapping[Slot, int], plan: FleetPlan) -> list[str]:
 
 def _slot_name(slot: Slot) -> str:
     host, card, role, index = slot
-    return f"{host}-gateway" if card is None else f"{host}-card-{card}-{role}-{index}"
+    return f"{host}-{role}" if card is None else f"{host}-card-{card}-{role}-{index}"
 
 
 def port_order(host: HostSettings) -> list[int]:
@@ -242,11 +302,26 @@ def build_plan(settings: FleetSettings) -> FleetPlan:
         slots = {card: slot for slot, card in enumerate(port_order(host_settings))}
         for card in sorted(host_settings.card_ids):
             cards.append(_plan_card(settings, host_settings, host, card, slots[card]))
-    gateway_host = next(h for h in hosts if h.name == settings.gateway_host_settings.name)
-    gateway = GatewayPlan(gateway_host, settings.gateway_port, settings.gateway_container_name)
-    plan = FleetPlan(tuple(hosts), tuple(cards), gateway)
+    plan = FleetPlan(tuple(hosts), tuple(cards), *_plan_gateways(settings, tuple(hosts)))
     _check_ports(plan, settings)
     return plan
+
+
+def _plan_gateways(
+    settings: FleetSettings, hosts: tuple[HostPlan, ...]
+) -> tuple[tuple[GatewayPlan, ...], BalancerPlan | None]:
+    """One gateway over the fleet; or, per host, one over that host's PaddleX and a balancer."""
+    port, name = settings.gateway_port, settings.gateway_container_name
+    if settings.gateway_layout == "single":
+        host = next(h for h in hosts if h.name == settings.gateway_host_settings.name)
+        return (GatewayPlan(host, port, name),), None
+    gateways = tuple(GatewayPlan(h, port, name, owns=h.name) for h in hosts)
+    wanted = settings.balancer_settings
+    host = next(h for h in hosts if wanted.host in (None, h.name))
+    balancer = BalancerPlan(
+        host, wanted.port, wanted.container_name, wanted.kind, gateways, wanted.check_interval_s
+    )
+    return gateways, balancer
 
 
 def _plan_card(
@@ -279,15 +354,18 @@ def _check_ports(plan: FleetPlan, settings: FleetSettings) -> None:
     for p in plan.paddlex:
         key = _host_key(single, plan, p.host, "paddlexBasePort")
         used[(p.host.name, p.port)].append((p.label, key))
-    gateway = plan.gateway
-    used[(gateway.host.name, gateway.port)].append(("the gateway", "gatewayPort"))
+    for gateway in plan.gateways:
+        used[(gateway.host.name, gateway.port)].append(("the gateway", "gatewayPort"))
+    balancer = plan.balancer
+    if balancer is not None:
+        used[(balancer.host.name, balancer.port)].append(("the balancer", "balancer.port"))
     for (host, port), users in used.items():
         if not 1 <= port <= 65535:
             label, key = users[0]
             raise ConfigError(f"config key '{key}': port {port} of {label} is outside 1..65535")
         if len(users) > 1:
             keys = sorted({k for _, k in users})
-            if "gatewayPort" not in keys:
+            if not {"gatewayPort", "balancer.port"} & set(keys):
                 keys.append("portStride")
             names = " and ".join(label for label, _ in users)
             raise ConfigError(

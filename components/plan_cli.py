@@ -56,11 +56,17 @@ def render_matrix(plan: FleetPlan) -> str:
             )
             lines.append(f"  {card.card:>4} | {routes}")
         lines.append("")
-    gateway = plan.gateway
-    lines.append(
-        f"gateway {gateway.container_name} on host {gateway.host.name}: {gateway.url} "
-        f"-> {len(plan.paddlex)} upstreams"
-    )
+    for gateway in plan.gateways:
+        lines.append(
+            f"gateway {gateway.container_name} on host {gateway.host.name}: {gateway.url} "
+            f"-> {len(plan.paddlex_of(gateway))} upstreams"
+        )
+    balancer = plan.balancer
+    if balancer is not None:
+        lines.append(
+            f"balancer {balancer.container_name} ({balancer.kind}) on host {balancer.host.name}: "
+            f"{balancer.url} -> {len(balancer.backends)} gateways (leastconn)"
+        )
     return "\n".join(lines)
 
 

@@ -27,6 +27,8 @@ import yaml
 from components.access import gateway_auth
 from components.plan import FleetPlan, GatewayPlan, PaddlexInstance, VllmInstance
 from components.settings import FleetSettings
+from gateway.settings import Settings as GatewaySettings
+from gateway.settings import parse_settings
 
 CONFIG_TEMPLATES = Path(__file__).resolve().parent.parent / "config"
 PIPELINE_TEMPLATE = CONFIG_TEMPLATES / "pipeline_config_vllm.yaml"
@@ -183,6 +185,14 @@ PROBE = (
     "sys.exit(0 if sys.argv[2].encode() in body else 1)\n"
 )
 """Run inside a host-network container: GET a URL, succeed on 2xx whose body holds argv[2]."""
+PYTHON_PROBE = ("python3", "-c", PROBE)
+CURL_PROBE = (
+    "sh",
+    "-c",
+    'body=$(curl -fsS --max-time 5 "$1") || exit 1; case "$body" in *"$2"*) exit 0 ;; esac; exit 1',
+    "probe",
+)
+"""The same probe for images without Python (the balancer's): curl and sh."""
 
 
 def wait_for_http(
@@ -194,16 +204,17 @@ def wait_for_http(
     interval_s: int,
     log_hint: str,
     expect: str = "",
+    probe: tuple[str, ...] = PYTHON_PROBE,
 ) -> str:
     """A bounded readiness loop in POSIX sh: poll `url` until it answers 2xx (containing `expect`).
 
     The probe runs on the host itself, inside the host-network container (`docker exec` through
-    the host's endpoint, with the container's own python3), so it reaches the service's loopback
-    port wherever `pulumi` runs. Fails fast when the container stops running, and on timeout;
-    either way the message names the instance and where its log is.
+    the host's endpoint, with the container's own python3, or `probe`), so it reaches the
+    service's loopback port wherever `pulumi` runs. Fails fast when the container stops running,
+    and on timeout; either way the message names the instance and where its log is.
     """
     quoted = shlex.quote(container)
-    check = shlex.join(["docker", "exec", container, "python3", "-c", PROBE, url, expect])
+    check = shlex.join(["docker", "exec", container, *probe, url, expect])
     running = f"docker inspect -f '{{{{.State.Running}}}}' {quoted} 2>/dev/null"
     failure = shlex.quote(f"{what} ({container})")
     hint = shlex.quote(log_hint)
@@ -272,7 +283,27 @@ def gateway_upstream(paddlex: PaddlexInstance) -> dict[str, Any]:
 
 
 def gateway_config(settings: FleetSettings, upstreams: list[dict[str, Any]]) -> dict[str, Any]:
-    """The gateway's config.json: defaults, the operator's `gateway` settings, the upstreams."""
+    """The gateway's config.json: defaults, the operator's `gateway` settings, the upstreams.
+
+    Behind the balancer (`gatewayLayout: per-host`) a gateway has one client, the balancer,
+    which applies the per-client connection bound with the clients' own addresses instead
+    (components/haproxy.py): the gateway's is raised to its total bound.
+    """
+    config = _operator_gateway_config(settings)
+    if settings.gateway_layout == "per-host":
+        limits = gateway_settings(settings).server
+        config.setdefault("server", {})["max_connections_per_client"] = limits.max_connections
+    config["upstreams"] = upstreams
+    return config
+
+
+def gateway_settings(settings: FleetSettings) -> GatewaySettings:
+    """The gateways' settings as the operator configured them (for what the balancer derives
+    from them: timeouts, connection bounds)."""
+    return parse_settings({**_operator_gateway_config(settings), "upstreams": []})
+
+
+def _operator_gateway_config(settings: FleetSettings) -> dict[str, Any]:
     config = json.loads(GATEWAY_DEFAULTS.read_text(encoding="utf-8"))
     _merge(config, settings.gateway)
     auth = gateway_auth(settings)
@@ -281,7 +312,6 @@ def gateway_config(settings: FleetSettings, upstreams: list[dict[str, Any]]) -> 
     jobs = config.setdefault("jobs", {})
     jobs.setdefault("dir", JOBS_DIR_IN_CONTAINER)
     jobs.setdefault("model", official_model_name(settings.served_model_name))
-    config["upstreams"] = upstreams
     return config
 
 
@@ -374,11 +404,38 @@ def topology(settings: FleetSettings, plan: FleetPlan) -> dict[str, Any]:
             }
             for host in plan.hosts
         ],
-        "gateway": {
-            "host": plan.gateway.host.name,
-            "port": plan.gateway.port,
-            "url": plan.gateway.url,
-            "container": plan.gateway.container_name,
-            "config_path": plan.gateway.config_path,
+        "layout": plan.layout,
+        **_entry_points(plan),
+    }
+
+
+def _entry_points(plan: FleetPlan) -> dict[str, Any]:
+    """`gateway` (single layout), or `gateways` and the `balancer` in front of them."""
+
+    def gateway(g: GatewayPlan) -> dict[str, Any]:
+        entry = {
+            "host": g.host.name,
+            "port": g.port,
+            "url": g.url,
+            "container": g.container_name,
+            "config_path": g.config_path,
+        }
+        if g.owns is not None:
+            entry["upstreams"] = [p.url for p in plan.paddlex_of(g)]
+        return entry
+
+    balancer = plan.balancer
+    if balancer is None:
+        return {"gateway": gateway(plan.gateway)}
+    return {
+        "gateways": [gateway(g) for g in plan.gateways],
+        "balancer": {
+            "kind": balancer.kind,
+            "host": balancer.host.name,
+            "port": balancer.port,
+            "url": balancer.url,
+            "container": balancer.container_name,
+            "config_path": balancer.config_path,
+            "jobs_gateway": balancer.jobs_backend.url,
         },
     }

@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 AcceleratorName = Literal["ascend", "nvidia", "sim"]
+GatewayLayout = Literal["single", "per-host"]
 LOCAL_DOCKER = "unix:///var/run/docker.sock"
 
 
@@ -126,6 +127,30 @@ class HostSettings(_Model):
         return self.endpoint or LOCAL_DOCKER
 
 
+class BalancerSettings(_Model):
+    """The L7 balancer in front of the gateways (`balancer.*`, with `gatewayLayout: per-host`):
+    HAProxy, least connections, active checks of each gateway's `/ready`."""
+
+    kind: str = "haproxy"
+    host: str | None = Field(default=None, description="the host it runs on (default: the first)")
+    port: int = Field(default=9180, ge=1, le=65535)
+    image: str | None = Field(
+        default=None, description="a prebuilt image; default: build config/balancer/Dockerfile"
+    )
+    container_name: str = "paddleocr-fleet-balancer"
+    check_interval_s: float = Field(default=2.0, gt=0, description="gateway checks, seconds")
+
+    @field_validator("kind")
+    @classmethod
+    def _haproxy_only(cls, kind: str) -> str:
+        if kind != "haproxy":
+            raise ValueError(
+                f"{kind!r} is not offered: use 'haproxy' (open-source nginx has no active health "
+                "checks, so it would keep sending documents to a gateway whose host cannot serve)"
+            )
+        return kind
+
+
 class FleetSettings(_Model):
     """Everything `pulumi up` needs, validated. Field aliases are the config keys (camelCase)."""
 
@@ -163,6 +188,12 @@ class FleetSettings(_Model):
         "/var/lib/paddleocr-fleet/<stack>/jobs); it outlives the gateway container",
     )
     gateway: dict[str, Any] = Field(default_factory=dict)
+    gateway_layout: GatewayLayout = Field(
+        default="single",
+        description="single: one gateway over every PaddleX; per-host: a gateway per host over "
+        "its own PaddleX, behind one balancer",
+    )
+    balancer: BalancerSettings | None = None
 
     tokens: dict[str, TokenEntry] = Field(default_factory=dict)
     admin_tokens: dict[str, SecretStr] = Field(default_factory=dict)
@@ -203,6 +234,10 @@ class FleetSettings(_Model):
     @property
     def container_model_path(self) -> str:
         return self.model_path or f"/data/{self.served_model_name}"
+
+    @property
+    def balancer_settings(self) -> BalancerSettings:
+        return self.balancer or BalancerSettings()
 
     @property
     def gateway_host_settings(self) -> HostSettings:
@@ -403,6 +438,7 @@ def _check_cross_field(settings: FleetSettings) -> None:
         raise ConfigError(
             f"config key 'gatewayHost': no host named {settings.gateway_host!r} (hosts: {names})"
         )
+    _check_layout(settings, names)
     for index, host in enumerate(settings.hosts):
         if host.port_first_card is not None and host.port_first_card not in host.card_ids:
             key = "portFirstCard" if len(settings.hosts) == 1 else f"hosts[{index}].portFirstCard"
@@ -410,6 +446,24 @@ def _check_cross_field(settings: FleetSettings) -> None:
                 f"config key '{key}': card {host.port_first_card} is not one of the cards "
                 f"{list(host.card_ids)}"
             )
+
+
+def _check_layout(settings: FleetSettings, names: list[str]) -> None:
+    if settings.gateway_layout == "single":
+        if settings.balancer is not None:
+            raise ConfigError(
+                "config key 'balancer': used only with gatewayLayout per-host (`pulumi config set "
+                "gatewayLayout per-host`), or remove it"
+            )
+        return
+    if settings.gateway_host is not None:
+        raise ConfigError(
+            "config key 'gatewayHost': with gatewayLayout per-host every host runs its own "
+            "gateway; remove it (the balancer's host is 'balancer.host')"
+        )
+    host = settings.balancer_settings.host
+    if host is not None and host not in names:
+        raise ConfigError(f"config key 'balancer.host': no host named {host!r} (hosts: {names})")
 
 
 def _check_gateway_section(section: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null
-python -m pip install -q -e '.[test,sim]'
+python -m pip install -q -e '.[test,sim,bench]'
 # PaddleX pins OpenCV's GUI build, whose cv2 needs libGL; the headless build of the same version
 # is the same module without it (as in sim/paddlex/Dockerfile).
 python -m pip install -q --no-deps --force-reinstall opencv-contrib-python-headless==4.10.0.84
@@ -31,8 +31,13 @@ has ip || netns_packages+=(iproute2)
 has nsenter || netns_packages+=(util-linux)
 has sshd || netns_packages+=(openssh-server)
 { has ssh && has ssh-keygen; } || netns_packages+=(openssh-client)
+# The balancer's tests (tests/components/test_haproxy.py, tests/bench/test_hierarchy.py) run it.
+has haproxy || netns_packages+=(haproxy)
+# nginx and wrk: the CPU benchmark's smoke test (tests/bench/test_proxy_cpu.py) runs both
+has nginx || netns_packages+=(nginx-light)
+has wrk || netns_packages+=(wrk)
 if [ ${#netns_packages[@]} -gt 0 ] && [ "$(id -u)" -eq 0 ]; then
-  echo "installing ${netns_packages[*]} for the namespace host"
+  echo "installing ${netns_packages[*]} for the tests"
   # The tests start their own sshd: keep the package from starting one on port 22.
   no_start=""
   if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -42,7 +47,7 @@ if [ ${#netns_packages[@]} -gt 0 ] && [ "$(id -u)" -eq 0 ]; then
   if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
          DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
            "${netns_packages[@]}" >/dev/null; }; then
-    echo "could not install ${netns_packages[*]}: tests/e2e/test_two_hosts.py will say so" >&2
+    echo "could not install ${netns_packages[*]}: the tests that need them will say so" >&2
   fi
   [ -z "$no_start" ] || rm -f "$no_start"
 fi

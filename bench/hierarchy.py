@@ -1,0 +1,521 @@
+"""Scale-out benchmark (issue 13, "Beyond one host"): a gateway per host behind HAProxy, against
+one ideal dispatcher over the whole fleet.
+
+    python -m bench.hierarchy            # 4 hosts of 12, loads 50/70/85/95 %, 14 s windows
+    python -m bench.hierarchy --quick    # 8 s windows
+    python -m bench.hierarchy --smoke    # seconds; for tests/bench
+    python -m bench.hierarchy --report bench/results/hierarchy-default.json   # Markdown tables
+
+The simulated fleet of the balancing benchmark (``bench/fleet.py``: 48 instances, one document
+at a time each, 3 of them 3-5x slower) is cut into hosts of consecutive instances. Each host gets
+its own real gateway (``python -m gateway``, the default policy) over its instances alone, and
+one real HAProxy (``haproxy -W -db``, the config the Pulumi program renders:
+``components/haproxy.py``, least connections weighted by instance count, ``/ready`` checks)
+fronts them. The open-loop Poisson workload of ``bench/balancing.py`` (same seed, same work per
+document) goes to HAProxy, and its p99 is compared with the exact replay of one ideal dispatcher
+over all 48 instances (``bench/ideal.py``); the target is 1.5x at every load. Beside it: one
+gateway over all 48 (the balancing benchmark's default row), and the replay of a load-blind split
+(each document to the next host in turn, as DNS round robin or an L4 VIP would do, then an ideal
+dispatcher inside the host).
+
+Needs ``haproxy`` on PATH (``apt-get install haproxy``). Results: ``bench/results/
+hierarchy-<profile>.json``; a PNG of p99 against load in ``docs/img/`` if matplotlib imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from bench.balancing import (
+    PROFILES as BALANCING_PROFILES,
+)
+from bench.balancing import (
+    Profile,
+    brief,
+    default_policy,
+    des_summary,
+    gateway_fingerprint,
+    log,
+    measured,
+    run_gateway_open_loop,
+    snapshot_importable_gateway,
+)
+from bench.ideal import simulate_ideal
+from bench.loadgen import Sample, gateway_sender, ocr_bodies, run_open_loop, summarize
+from bench.minihttp import MiniClient
+from bench.procs import (
+    CpuMeter,
+    FleetProc,
+    GatewayProc,
+    free_port,
+    gateway_config,
+    start_fleet,
+    start_gateway,
+    tmpdir,
+)
+from bench.report import Report, Table, fmt_percentile, print_console, render_markdown
+from bench.workload import Workload, make_workload
+from components.haproxy import HEALTH_URI, Backend, HaproxySpec, render_haproxy
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO / "bench" / "results"
+PLOT = REPO / "docs" / "img" / "hierarchy_p99_by_load.png"
+TARGET = 1.5
+GATEWAY_WORKERS = "1"
+"""Worker processes per gateway (``GATEWAY_WORKERS``): the simulated hosts share this machine's
+cores, so each gateway is one process, the one-gateway row's too."""
+ROWS = {
+    "ideal": "one ideal dispatcher over all (replay)",
+    "hierarchy": "HAProxy leastconn -> a gateway per host",
+    "one_gateway": "one gateway over all",
+    "split_round_robin": "load-blind split, ideal in each host (replay)",
+}
+
+
+@dataclass(frozen=True)
+class HierarchyProfile:
+    name: str
+    base: Profile
+    """Fleet, loads, windows and the disturbance rules of the balancing benchmark."""
+    hosts: int = 4
+    one_gateway: bool = True
+    """Also run one gateway over the whole fleet at each load."""
+    gateway_extra: dict = field(default_factory=dict)
+
+
+ONE_CLIENT_FOR_MANY = {"server": {"max_connections_per_client": 1000}}
+"""The load generator stands for many clients: no per-client connection bound cuts it, neither
+a gateway's (the one gateway's; behind HAProxy the stack lifts it, as here) nor HAProxy's."""
+
+
+def _profile(name: str, **extra: object) -> HierarchyProfile:
+    base = replace(BALANCING_PROFILES[name], gateway_extra=ONE_CLIENT_FOR_MANY)
+    return HierarchyProfile(name, base, gateway_extra=ONE_CLIENT_FOR_MANY, **extra)  # type: ignore[arg-type]
+
+
+PROFILES = {
+    "default": _profile("default"),
+    "quick": _profile("quick"),
+    "smoke": _profile("smoke", hosts=2),
+}
+
+
+def host_groups(n: int, hosts: int) -> list[list[int]]:
+    """Instance indexes of each host: consecutive blocks, as sizes as equal as they can be."""
+    if not 1 <= hosts <= n:
+        raise ValueError(f"{hosts} hosts for {n} instances")
+    cuts = [round(k * n / hosts) for k in range(hosts + 1)]
+    return [list(range(cuts[k], cuts[k + 1])) for k in range(hosts)]
+
+
+def split_round_robin(
+    workload: Workload, means: list[float], groups: list[list[int]]
+) -> list[Sample]:
+    """Replay a load-blind split: document k goes to host k mod H, where an ideal dispatcher
+    serves it (the best a DNS name or a VIP without load feedback can do)."""
+    samples: list[Sample] = []
+    for k, group in enumerate(groups):
+        mine = [r for r in workload.requests if r.id % len(groups) == k]
+        part = Workload(workload.rate_rps / len(groups), workload.duration_s, mine)
+        samples += simulate_ideal(part, [means[i] for i in group], "fastest")
+    return sorted(samples, key=lambda s: s.id)
+
+
+# ------------------------------------------------------------------------------ HAProxy
+
+
+def haproxy_binary() -> str | None:
+    found = shutil.which("haproxy")
+    if found:
+        return found
+    return next((p for p in ("/usr/sbin/haproxy", "/sbin/haproxy") if os.access(p, os.X_OK)), None)
+
+
+@dataclass
+class HaproxyProc:
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+async def start_haproxy(spec: HaproxySpec, workdir: Path, tag: str) -> HaproxyProc:
+    """HAProxy as the balancer container runs it, on loopback; returns once its own health
+    URI answers 200 (every gateway up)."""
+    binary = haproxy_binary()
+    if binary is None:
+        raise RuntimeError("haproxy is not installed: apt-get install haproxy")
+    config = workdir / f"haproxy-{tag}.cfg"
+    config.write_text(render_haproxy(spec))
+    log_path = workdir / f"haproxy-{tag}.log"
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(
+            [binary, "-W", "-db", "-f", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    hp = HaproxyProc(proc, spec.port, log_path)
+    client = MiniClient("127.0.0.1", spec.port)
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"haproxy exited {proc.returncode}: {log_path.read_text()}")
+            with contextlib.suppress(OSError, Exception):
+                status, _, _ = await client.request("GET", HEALTH_URI)
+                if status == 200:
+                    return hp
+            await asyncio.sleep(0.1)
+    finally:
+        await client.close()
+    hp.stop()
+    raise RuntimeError(f"haproxy not healthy after 20 s: {log_path.read_text()[-2000:]}")
+
+
+# ------------------------------------------------------------------------------ one run
+
+
+async def run_hierarchy(
+    fleet: FleetProc,
+    policy: str,
+    workload: Workload,
+    prof: HierarchyProfile,
+    workdir: Path,
+    tag: str,
+    src: Path,
+) -> tuple[dict, list[Sample]]:
+    """A fresh gateway per host and a fresh HAProxy in front; the open-loop workload through
+    HAProxy. Returns the summary (latency, CPU, each host's share) and the samples."""
+    base = prof.base
+    groups = host_groups(len(fleet.ports), prof.hosts)
+    gateways: list[GatewayProc] = []
+    hp: HaproxyProc | None = None
+    client: MiniClient | None = None
+    try:
+        for k, group in enumerate(groups):
+            cfg = gateway_config([fleet.urls[i] for i in group], policy, prof.gateway_extra)
+            gateways.append(await start_gateway(cfg, workdir, f"{tag}-host-{k}", src=src))
+        spec = HaproxySpec(
+            port=free_port(),
+            backends=tuple(
+                Backend(f"host-{k}", "127.0.0.1", gw.port, weight=len(groups[k]))
+                for k, gw in enumerate(gateways)
+            ),
+            bind_address="127.0.0.1",
+            max_conn_per_client=None,
+            log=False,
+        )
+        hp = await start_haproxy(spec, workdir, tag)
+        client = MiniClient("127.0.0.1", hp.port)
+        pids = {f"gateway-{k}": gw.proc.pid for k, gw in enumerate(gateways)}
+        meter = CpuMeter(
+            {**pids, "haproxy": hp.proc.pid, "fleet": fleet.proc.pid, "loadgen": os.getpid()}
+        )
+        res = await run_open_loop(
+            gateway_sender(client, ocr_bodies(workload)), workload, base.drain_s
+        )
+        cpu = meter.read()
+        gateways_cpu = round(sum(cpu.pop(k) for k in pids), 3)
+        summary = summarize(res.samples, base.warmup_s, base.duration_s, workload.rate_rps)
+        summary["cpu_cores"] = {"gateways": gateways_cpu, **cpu}
+        summary["loadgen_max_lag_ms"] = round(res.max_lag_s * 1000, 1)
+        stats = await fleet.stats()
+        received = [sum(stats[i]["received"] for i in group) for group in groups]
+        summary["host_share"] = [round(r / max(1, sum(received)), 4) for r in received]
+        died = [k for k, gw in enumerate(gateways) if gw.proc.poll() is not None]
+        if died or hp.proc.poll() is not None:
+            summary["died"] = {"gateways": died, "haproxy": hp.proc.poll()}
+        return summary, res.samples
+    finally:
+        if client is not None:
+            await client.close()
+        if hp is not None:
+            hp.stop()
+        for gw in gateways:
+            gw.stop()
+        await fleet.reset()
+
+
+# ------------------------------------------------------------------------------ the benchmark
+
+
+async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
+    base = prof.base
+    workdir = tmpdir()
+    src = await snapshot_importable_gateway(workdir, 0.0)
+    policy = default_policy(src)
+    cap = base.fleet.capacity_rps()
+    groups = host_groups(base.fleet.n, prof.hosts)
+    results: dict = {
+        "meta": {
+            "profile": prof.name,
+            "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "cpus": os.cpu_count(),
+            "machine": platform.platform(),
+            "python": platform.python_version(),
+            "fleet": base.fleet.to_dict(),
+            "capacity_rps": round(cap, 2),
+            "hosts": prof.hosts,
+            "host_instances": [len(g) for g in groups],
+            "policy": policy,
+            "gateway_workers": os.environ["GATEWAY_WORKERS"],
+            "gateway_sources": gateway_fingerprint(src / "gateway"),
+            "haproxy": _haproxy_version(),
+            "windows": {"duration_s": base.duration_s, "warmup_s": base.warmup_s},
+            "command": " ".join(["python -m bench.hierarchy", *sys.argv[1:]]),
+        },
+        "loads": {},
+    }
+    t0 = time.monotonic()
+    fleet = start_fleet(base.fleet)
+    try:
+        means, slow = fleet.info["means"], set(fleet.info["slow"])
+        results["meta"]["slow_by_host"] = [sorted(slow & set(g)) for g in groups]
+        for load in base.loads:
+            key = f"{round(load * 100)}"
+            wl = make_workload(load * cap, base.duration_s, base.fleet.seed, base.fleet.sigma)
+            window = (base.warmup_s, base.duration_s)
+            rows: dict = {
+                "ideal": des_summary(wl, means, "fastest", *window, slow),
+                "split_round_robin": summarize(
+                    split_round_robin(wl, means, groups), *window, wl.rate_rps
+                ),
+            }
+            log(f"hierarchy at {key}% ({wl.rate_rps:.1f} req/s, {len(wl.requests)} requests)")
+            rows["hierarchy"], _ = await measured(
+                lambda wl=wl, key=key: run_hierarchy(
+                    fleet, policy, wl, prof, workdir, f"h-{key}", src
+                ),
+                base,
+                f"hierarchy at {key}%",
+            )
+            log("  " + brief(rows["hierarchy"]))
+            if prof.one_gateway:
+                log(f"one gateway at {key}%")
+                rows["one_gateway"], _ = await measured(
+                    lambda wl=wl, key=key: run_gateway_open_loop(
+                        fleet, policy, wl, base, workdir, f"one-{key}", base.duration_s,
+                        base.warmup_s, base.drain_s,
+                    ),
+                    base,
+                    f"one gateway at {key}%",
+                )  # fmt: skip
+                log("  " + brief(rows["one_gateway"]))
+            results["loads"][key] = {"rate_rps": round(wl.rate_rps, 2), "rows": rows}
+            results["targets"] = targets(results)
+            results["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
+            if out_path is not None:
+                out_path.parent.mkdir(parents=True, exist_ok=True)
+                out_path.write_text(json.dumps(results, indent=1))
+    finally:
+        fleet.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return results
+
+
+def targets(results: dict) -> dict:
+    """The hierarchy's p99 over the ideal's at each load; met where <= 1.5 and measured (not a
+    lower bound)."""
+    out: dict = {"target": TARGET, "loads": {}}
+    for key, blk in results["loads"].items():
+        h, ideal = blk["rows"].get("hierarchy", {}), blk["rows"]["ideal"]
+        if h.get("p99") and ideal.get("p99"):
+            ratio = h["p99"] / ideal["p99"]
+            met = ratio <= TARGET and not h["p99_censored"] and not h["errors"]
+            out["loads"][key] = {"ratio": round(ratio, 3), "met": met}
+    out["met"] = bool(out["loads"]) and all(x["met"] for x in out["loads"].values())
+    return out
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _haproxy_version() -> str | None:
+    binary = haproxy_binary()
+    if binary is None:
+        return None
+    done = subprocess.run([binary, "-v"], capture_output=True, text=True, check=False)
+    return done.stdout.splitlines()[0] if done.stdout else None
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def build_report(results: dict) -> Report:
+    meta = results["meta"]
+    intro = (
+        f"{meta['fleet']['n']} simulated instances ({meta['capacity_rps']} req/s of capacity) on "
+        f"{meta['hosts']} hosts of {'/'.join(map(str, meta['host_instances']))}; slow instances "
+        f"by host: {meta.get('slow_by_host')}; gateway policy `{meta['policy']}`; "
+        f"{meta.get('haproxy') or 'haproxy'}; {meta['cpus']} CPUs; `{meta['command']}`."
+    )
+    t = results.get("targets", {"loads": {}})
+    p99 = Table(
+        "p99 latency by load",
+        ("load", *ROWS.values(), "hierarchy / ideal", f"<= {TARGET}x"),
+        ("left",) + ("right",) * (len(ROWS) + 1) + ("left",),
+    )
+    p50 = Table("p50 latency by load", ("load", *ROWS.values()), ("left",) + ("right",) * len(ROWS))
+    detail = Table(
+        "The hierarchy's runs",
+        ("load", "p95", "throughput", "errors", "unfinished", "host share", "CPU cores", "machine"),
+        ("left",) + ("right",) * 4 + ("left",) * 3,
+    )
+    for key, blk in results["loads"].items():
+        rows = blk["rows"]
+        tk = t["loads"].get(key)
+        verdict = ("**yes**" if tk["met"] else "**no**") if tk else "-"
+        ratio = f"{tk['ratio']:.2f}" if tk else "-"
+        p99.add(f"{key} %", *_cells(rows, "p99"), ratio, verdict)
+        p50.add(f"{key} %", *_cells(rows, "p50"))
+        h = rows.get("hierarchy", {})
+        if "p99" in h:
+            detail.add(
+                f"{key} %",
+                fmt_percentile(h, "p95"),
+                f"{h['throughput_rps']} /s",
+                str(h["errors"]),
+                str(h["unfinished"]),
+                " / ".join(f"{s:.2f}" for s in h.get("host_share", [])),
+                ", ".join(f"{k} {v:.2f}" for k, v in h.get("cpu_cores", {}).items()),
+                h.get("disturbed", "quiet"),
+            )
+    return Report(intro, [p99, p50, detail])
+
+
+def _cells(rows: dict, key: str) -> list[str]:
+    return [fmt_percentile(rows[k], key) if "p99" in rows.get(k, {}) else "-" for k in ROWS]
+
+
+def plot(results: dict, path: Path) -> str:
+    """p99 against load for each row; returns why no plot was drawn, or ""."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot"
+    loads = sorted(results["loads"], key=int)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    styles = {
+        "ideal": ("black", "--", "o"),
+        "hierarchy": ("tab:blue", "-", "s"),
+        "one_gateway": ("tab:green", "-", "^"),
+        "split_round_robin": ("tab:red", ":", "v"),
+    }
+    for name, (color, line, marker) in styles.items():
+        points = [
+            (int(k), results["loads"][k]["rows"][name])
+            for k in loads
+            if results["loads"][k]["rows"].get(name, {}).get("p99")
+        ]
+        if points:
+            label = ROWS[name]
+            xs, ys = [x for x, _ in points], [s["p99"] for _, s in points]
+            ax.plot(xs, ys, color=color, linestyle=line, marker=marker, label=label)
+    ideal = [(int(k), results["loads"][k]["rows"]["ideal"]["p99"]) for k in loads]
+    ax.plot(
+        [x for x, _ in ideal],
+        [TARGET * y for _, y in ideal],
+        color="gray",
+        linestyle="-.",
+        label=f"target: {TARGET} x the ideal",
+    )
+    ax.set_xlabel("load, % of the fleet's capacity")
+    ax.set_ylabel("p99 latency, s")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{results['meta']['fleet']['n']} instances, {results['meta']['hosts']} hosts")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.hierarchy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="8 s windows")
+    g.add_argument("--smoke", action="store_true", help="seconds; for tests/bench")
+    g.add_argument("--report", metavar="FILE", help="print the Markdown tables of a results file")
+    ap.add_argument("--hosts", type=int, help="hosts to cut the fleet into (default 4)")
+    ap.add_argument("--loads", help="comma-separated percentages, e.g. 50,85")
+    ap.add_argument("--no-one-gateway", action="store_true", help="skip the one-gateway runs")
+    ap.add_argument("--out", help="results JSON (default bench/results/hierarchy-<profile>.json)")
+    ap.add_argument(
+        "--plot", help=f"PNG path (default {PLOT.relative_to(REPO)}, none for --smoke; 'none')"
+    )
+    args = ap.parse_args(argv)
+    if args.report:
+        print(render_markdown(build_report(json.loads(Path(args.report).read_text()))), end="")
+        return 0
+    name = "quick" if args.quick else "smoke" if args.smoke else "default"
+    prof = PROFILES[name]
+    if args.hosts:
+        prof = replace(prof, hosts=args.hosts)
+    if args.loads:
+        loads = tuple(float(x) / 100 for x in args.loads.split(","))
+        prof = replace(prof, base=replace(prof.base, loads=loads))
+    if args.no_one_gateway:
+        prof = replace(prof, one_gateway=False)
+    if haproxy_binary() is None:
+        ap.error("haproxy is not installed: apt-get install haproxy")
+    out = Path(args.out) if args.out else RESULTS_DIR / f"hierarchy-{name}.json"
+    with _environment(GATEWAY_WORKERS=GATEWAY_WORKERS):  # every `python -m gateway` reads it
+        results = asyncio.run(run(prof, out))
+    results["meta"]["profile_settings"] = asdict(prof)["base"] | {"hosts": prof.hosts}
+    out.write_text(json.dumps(results, indent=1))
+    log(f"results written to {out}")
+    if args.plot:
+        plot_path = None if args.plot == "none" else Path(args.plot)
+    else:
+        plot_path = None if name == "smoke" else PLOT
+    if plot_path is not None:
+        log(plot(results, plot_path) or f"plot written to {plot_path}")
+    with contextlib.suppress(BrokenPipeError):
+        print_console(build_report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

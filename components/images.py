@@ -1,0 +1,72 @@
+"""Images the stack builds itself on a host (the gateway's, the balancer's), each removed again
+once nothing of the stack uses it.
+
+    digest, cleanup = build_image(
+        parent, "local-gateway-image", BuildSpec("gateway", "paddleocr-fleet/gateway"), host,
+        provider, guard,
+    )
+    # a container with image=digest and depends_on=[cleanup]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_command as command
+import pulumi_docker as docker
+
+from components import render
+from components.plan import HostPlan
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    context: str
+    """The build context, relative to the project root (only what the image needs)."""
+    repository: str
+    """Tagged `<repository>:<stack>`."""
+
+
+def build_image(
+    parent: pulumi.Resource,
+    name: str,
+    spec: BuildSpec,
+    host: HostPlan,
+    provider: pulumi.ProviderResource | None,
+    guard: pulumi.Output[str] | None,
+) -> tuple[pulumi.Output[str], command.local.Command]:
+    """Build `spec` on `host`; returns the image's id (`repoDigest`, the local image id when
+    nothing is pushed), so a rebuilt image replaces its container, and the cleanup command a
+    container using it must depend on.
+
+    pulumi-docker rebuilds when the context's files change and never deletes an image, so a
+    command beside it removes each image the stack built once its container is gone: on a
+    rebuild the old one, on destroy the last.
+    """
+    built = docker.Image(
+        name,
+        image_name=pulumi.Output.from_input(guard or "").apply(
+            lambda _: f"{spec.repository}:{pulumi.get_stack()}"
+        ),
+        build=docker.DockerBuildArgs(
+            context=spec.context,
+            dockerfile=f"{spec.context}/Dockerfile",
+            args=dict(host.build_args) or None,
+            platform=host.platform,
+            network="host",
+        ),
+        skip_push=True,
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider),
+    )
+    cleanup = command.local.Command(
+        f"{name}-cleanup",
+        create="true",
+        delete=pulumi.Output.all(built.image_name, built.repo_digest).apply(
+            lambda parts: render.image_cleanup_command(*parts)
+        ),
+        environment=host.docker_env,
+        triggers=[built.repo_digest],
+        opts=pulumi.ResourceOptions(parent=parent, delete_before_replace=False),
+    )
+    return built.repo_digest, cleanup

@@ -1,0 +1,218 @@
+"""The per-host gateway layout under the real Pulumi engine on a real Docker engine, in sim mode.
+
+One stack (one host, one card), in file order: up in the single layout; `gatewayLayout
+per-host`, which adds the balancer (its image built by the stack: HAProxy on the local base
+image) and leaves the gateway as it is; documents and the job API through the balancer with the
+gateway's tokens; a no-op up; a changed balancer setting reloaded in place; back to the single
+layout, which removes the balancer alone; destroy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from components.plan import FleetPlan, build_plan
+from components.settings import load_settings
+from tests.e2e.pulumi_stack import PulumiStack, changed
+from tests.e2e.test_fleet_on_docker import png_bytes, temp_model_dir, vllm_port_named_in
+
+pytestmark = pytest.mark.docker
+
+VLLM_BASE, PADDLEX_BASE, GATEWAY_PORT, BALANCER_PORT = 17025, 17120, 17101, 17180
+STACK = "scale-out-" + os.urandom(3).hex()
+GATEWAY_NAME = "paddleocr-fleet-gateway-scale-out"
+BALANCER_NAME = "paddleocr-fleet-balancer-scale-out"
+STACK_LABEL = f"paddleocr-fleet.stack=paddleocr-fleet/{STACK}"
+TOKEN = "scale-out-token-" + os.urandom(12).hex()
+USER = {"Authorization": f"Bearer {TOKEN}"}
+BALANCER = {"port": BALANCER_PORT, "containerName": BALANCER_NAME, "checkIntervalS": 1}
+
+
+def docker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
+
+
+def container_ids() -> dict[str, str]:
+    listed = docker(
+        "ps", "-a", "--filter", f"label={STACK_LABEL}", "--format", "{{.Names}} {{.ID}}"
+    )
+    return dict(line.split() for line in listed.stdout.splitlines())
+
+
+class Stack:
+    def __init__(self, stack: PulumiStack, config: dict[str, str]):
+        self.stack, self.config = stack, dict(config)
+
+    @property
+    def plan(self) -> FleetPlan:
+        return build_plan(load_settings(self.config))
+
+    def set(self, **values: str) -> None:
+        self.config.update(values)
+        self.stack.set_config(values)
+
+    def remove(self, key: str) -> None:
+        self.config.pop(key)
+        self.stack.remove_config(key)
+
+
+@pytest.fixture(scope="module")
+def fleet(docker_engine):
+    for name in docker("ps", "-a", "--format", "{{.Names}}").stdout.split():
+        if name in (GATEWAY_NAME, BALANCER_NAME) or re.search(r"-17[0-9]{3}-sim-", name):
+            docker("rm", "-f", name)  # leftovers of an interrupted run
+    model_dir = temp_model_dir()
+    config = {
+        "accelerator": "sim",
+        "cards": "1",
+        "vllmPerCard": "1",
+        "paddlexPerVllm": "2",
+        "modelDir": model_dir,
+        "vllmBasePort": str(VLLM_BASE),
+        "paddlexBasePort": str(PADDLEX_BASE),
+        "gatewayPort": str(GATEWAY_PORT),
+        "gatewayContainerName": GATEWAY_NAME,
+        "gatewayImage": "paddleocr-fleet/gateway:latest",
+        "gatewayJobsDir": tempfile.mkdtemp(prefix="paddleocr-fleet-jobs-"),
+        # No image registry here: the balancer image builds on the local base image.
+        "buildArgs": json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
+        "vllmReadyTimeout": "180",
+        "paddlexReadyTimeout": "180",
+        "readyPollInterval": "1",
+    }
+    root = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-scale-out-"))
+    stack = PulumiStack.create(root, STACK, config, {"tokens": json.dumps({"team-a": TOKEN})})
+    try:
+        yield Stack(stack, config)
+    finally:
+        if container_ids():
+            stack.run(["destroy", "--stack", STACK, "--yes", "--non-interactive"], check=False)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def ocr(url: str, headers: dict[str, str] | None = USER) -> httpx.Response:
+    return httpx.post(
+        f"{url}/ocr-file",
+        headers=headers,
+        files={"file": ("doc.png", png_bytes(), "image/png")},
+        timeout=60,
+    )
+
+
+def assert_served(fleet: Stack, url: str) -> None:
+    answer = ocr(url)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    binding = {p.url: p.vllm.port for p in fleet.plan.paddlex}
+    assert vllm_port_named_in(body["text"]) == binding[body["upstream"]]
+
+
+def test_up_in_the_single_layout_serves_through_the_gateway(fleet):
+    fleet.stack.up()
+    outputs = fleet.stack.outputs()
+    assert outputs["gateway_url"] == fleet.plan.gateway.url and "gateways" not in outputs
+    assert_served(fleet, outputs["gateway_url"])
+
+
+def test_per_host_adds_the_balancer_and_leaves_every_other_resource_alone(fleet):
+    before = container_ids()
+    fleet.set(gatewayLayout="per-host", balancer=json.dumps(BALANCER))
+    steps = fleet.stack.up()
+    touched = changed(steps)
+    # One host: its gateway already owned every PaddleX. Its config changes in one point (the
+    # balancer is its only client) and is installed in the running gateway.
+    reloaded = touched.pop("local-gateway-config", None)
+    assert reloaded, "the gateway's config was not installed again"
+    assert all(n.startswith("local-balancer") and ops == {"create"} for n, ops in touched.items())
+    assert {"local-balancer", "local-balancer-image", "local-balancer-ready"} <= set(touched)
+    after = container_ids()
+    assert {n: i for n, i in after.items() if n != BALANCER_NAME} == before
+    outputs = fleet.stack.outputs()
+    plan = fleet.plan
+    assert plan.balancer is not None
+    assert outputs["gateway_url"] == plan.balancer.url == f"http://127.0.0.1:{BALANCER_PORT}"
+    assert outputs["gateways"] == [plan.gateway.url]
+    assert outputs["topology"]["balancer"]["container"] == BALANCER_NAME
+
+
+def test_documents_go_through_the_balancer_with_the_gateways_tokens(fleet):
+    url = fleet.plan.entry_url
+    assert ocr(url, headers=None).status_code == 401  # the gateway's answer, passed on
+    assert httpx.get(f"{url}/balancer/health", timeout=10).status_code == 200
+    for _ in range(4):
+        assert_served(fleet, url)
+
+
+def test_the_job_api_works_through_the_balancer(fleet):
+    url = fleet.plan.entry_url
+    created = httpx.post(
+        f"{url}/api/v2/ocr/jobs",
+        headers=USER,
+        data={"model": "PaddleOCR-VL-1.5"},
+        files={"file": ("doc.png", png_bytes(), "image/png")},
+        timeout=60,
+    )
+    assert created.status_code == 200, created.text
+    job = created.json()["data"]["jobId"]
+    deadline, data = time.monotonic() + 120, {}
+    while time.monotonic() < deadline:
+        data = httpx.get(f"{url}/api/v2/ocr/jobs/{job}", headers=USER, timeout=10).json()["data"]
+        if data["state"] in ("done", "failed"):
+            break
+        time.sleep(0.5)
+    assert data.get("state") == "done", data
+    result_url = data["resultUrl"]["jsonUrl"]
+    assert result_url.startswith(url)  # the balancer's address, as the client called it
+    lines = httpx.get(result_url, timeout=30).text.splitlines()
+    page = json.loads(lines[0])["result"]["layoutParsingResults"][0]
+    assert "sim-vllm:" in page["markdown"]["text"]
+
+
+def test_a_second_up_changes_nothing(fleet):
+    fleet.stack.preview("--expect-no-changes")
+    assert changed(fleet.stack.up()) == {}
+
+
+def test_a_changed_balancer_setting_is_reloaded_in_the_running_container(fleet):
+    before = container_ids()
+    fleet.set(balancer=json.dumps({**BALANCER, "checkIntervalS": 0.5}))
+    touched = changed(fleet.stack.up())
+    # The container ignores its upload: the new config is installed and reloaded in it.
+    assert set(touched) == {"local-balancer-config"}, touched
+    assert container_ids() == before
+    plan = fleet.plan
+    assert plan.balancer is not None
+    config = docker("exec", BALANCER_NAME, "cat", plan.balancer.config_path).stdout
+    assert "inter 500ms" in config
+    assert_served(fleet, plan.entry_url)
+
+
+def test_back_to_the_single_layout_removes_the_balancer_alone(fleet):
+    before = container_ids()
+    fleet.set(gatewayLayout="single")
+    fleet.remove("balancer")
+    touched = changed(fleet.stack.up())
+    assert touched.pop("local-gateway-config", None), "the gateway's config was not installed"
+    assert touched and all(n.startswith("local-balancer") for n in touched), touched
+    assert all(ops == {"delete"} for ops in touched.values()), touched
+    assert container_ids() == {n: i for n, i in before.items() if n != BALANCER_NAME}
+    assert docker("image", "inspect", f"paddleocr-fleet/balancer:{STACK}").returncode != 0
+    outputs = fleet.stack.outputs()
+    assert outputs["gateway_url"] == fleet.plan.gateway.url and "gateways" not in outputs
+    assert_served(fleet, outputs["gateway_url"])
+
+
+def test_destroy_leaves_no_container(fleet):
+    fleet.stack.destroy()
+    assert container_ids() == {}
