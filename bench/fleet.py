@@ -4,8 +4,14 @@ Each instance behaves like ``paddlex --serve`` for what the gateway reads
 (``docs/paddlex-protocol.md`` section 1):
 
 - ``POST /layout-parsing`` runs ONE inference at a time; the rest wait in an unbounded FIFO with no
-  deadline.  The service time is the document's *work* (read from the PNG, see ``workload.py``)
-  times the instance's mean service time (slow instances have a 3-5x mean).
+  deadline.  The service time of an image is the document's *work* (read from the PNG, see
+  ``workload.py``) times the instance's mean service time (slow instances have a 3-5x mean).  A
+  PDF (``fileType`` 0) costs ``request_s + pages * page_s`` times the instance's slowness factor
+  (pages counted with pikepdf) and answers one result per page, each ``prunedResult``
+  ``width``/``height`` being twice its MediaBox (PaddleX renders at scale 2), so a benchmark
+  can tell which page of which document came back.  Every parse that ran to its end (even for a
+  caller that went away, as PaddleX does) is logged: ``{"instance", "logId", "pages":
+  [[width, height], ...], "start", "end"}`` (wall clock), read with ``/_admin/log``.
 - ``POST /restructure-pages`` and ``GET /health`` are cheap and do not wait in that queue.
 - Envelope ``{"logId","result":{...},"errorCode":0,"errorMsg":"Success"}``; errors
   ``{"logId","errorCode":<status>,"errorMsg":...}``; 422 for base64 input without ``fileType``.
@@ -13,7 +19,8 @@ Each instance behaves like ``paddlex --serve`` for what the gateway reads
 Fault injection (admin port): ``refuse`` closes the listening socket and resets every open
 connection (a crashed process: connections are refused); ``hang`` keeps accepting but never
 answers anything again, ``/health`` included (a wedged process).  ``reset`` revives everything,
-drops all queued work and zeroes the counters.
+drops all queued work and zeroes the counters and the parse log; ``log`` (body ``{"clear":
+true}`` to empty it after reading) returns the parse log of every instance.
 
 Run: ``python -m bench.fleet --spec '<FleetSpec json>'`` prints one JSON line
 ``{"admin": port, "ports": [...], ...}`` once every port listens, then serves until SIGTERM or
@@ -26,14 +33,19 @@ import argparse
 import asyncio
 import base64
 import binascii
+import io
 import json
 import os
 import random
 import signal
 import sys
+import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
+
+import pikepdf
 
 from bench.minihttp import DropConnection, HttpRequest, HttpResponse, MiniServer
 from bench.workload import FleetSpec, InstanceSpec, parse_work
@@ -53,11 +65,30 @@ class Aborted(DropConnection):
 class Job:
     service_s: float
     fut: asyncio.Future
+    entry: dict[str, Any] | None = None  # logged once the parse has run to its end
+
+
+def pdf_page_sizes(raw: bytes) -> list[tuple[int, int]] | None:
+    """Rendered (width, height) of each page of a PDF (twice the MediaBox), None if unreadable.
+
+    >>> pdf_page_sizes(b"not a pdf") is None
+    True
+    """
+    try:
+        with pikepdf.open(io.BytesIO(raw)) as pdf:
+            sizes = []
+            for page in pdf.pages:
+                box = [float(v) for v in page.mediabox]
+                sizes.append((round(2 * (box[2] - box[0])), round(2 * (box[3] - box[1]))))
+            return sizes
+    except (pikepdf.PdfError, ValueError, TypeError, IndexError):
+        return None
 
 
 class Instance:
-    def __init__(self, spec: InstanceSpec, sigma: float, seed: int):
+    def __init__(self, spec: InstanceSpec, sigma: float, seed: int, fleet: FleetSpec | None = None):
         self.spec = spec
+        self.fleet = fleet or FleetSpec()
         self.sigma = sigma
         self.rng = random.Random(seed * 1000003 + spec.index)
         self.server = MiniServer(self.handle)
@@ -74,6 +105,8 @@ class Instance:
         self.max_depth = 0
         self.busy_s = 0.0
         self.unmarked = 0
+        self.pages = 0
+        self.log: list[dict[str, Any]] = []
 
     @property
     def port(self) -> int:
@@ -93,11 +126,15 @@ class Instance:
                 self.wake.clear()
                 await self.wake.wait()
             job = self.queue[0]
+            started = time.time()
             if job.service_s > 0:
                 await asyncio.sleep(job.service_s)
             self.queue.popleft()
             self.busy_s += job.service_s
             self.served += 1
+            if job.entry is not None:
+                self.pages += len(job.entry["pages"])
+                self.log.append({**job.entry, "start": started, "end": time.time()})
             if not job.fut.done():
                 job.fut.set_result(None)
 
@@ -182,12 +219,15 @@ class Instance:
         if file_type is None and not is_url:
             return _err(422, "File type cannot be determined")
         work_id = None
+        raw = b""
         if not is_url:
             try:
                 raw = base64.b64decode(file, validate=False)
             except (binascii.Error, ValueError):
                 return _err(500, "Internal server error")
             work_id = parse_work(raw)
+        if file_type == 0 and raw.startswith(b"%PDF"):
+            return await self._pdf(body, raw)
         if work_id is None:
             self.unmarked += 1
             work, doc_id = self._draw_work(), -1
@@ -237,6 +277,60 @@ class Instance:
             200,
             {
                 "logId": body.get("logId") or str(uuid.uuid4()),
+                "result": {"layoutParsingResults": results, "dataInfo": data_info},
+                "errorCode": 0,
+                "errorMsg": "Success",
+            },
+        )
+
+    async def _pdf(self, body: dict[str, Any], raw: bytes) -> HttpResponse:
+        """A PDF under the cost model: ``request_s + pages * page_s`` (times the factor)."""
+        sizes = await asyncio.to_thread(pdf_page_sizes, raw)
+        if not sizes:
+            return _err(500, "Internal server error")
+        log_id = body.get("logId") or str(uuid.uuid4())
+        self.received += 1
+        fut = asyncio.get_running_loop().create_future()
+        service = self.fleet.pdf_seconds(len(sizes), self.spec.factor)
+        entry = {"instance": self.spec.index, "logId": log_id, "pages": [list(s) for s in sizes]}
+        self.queue.append(Job(service, fut, entry))
+        self.max_depth = max(self.max_depth, len(self.queue))
+        self.wake.set()
+        await fut
+        if self.state == "hang":
+            return await self._hang()
+        results = [
+            {
+                "prunedResult": {
+                    "page_index": index,
+                    "page_count": len(sizes),
+                    "width": width,
+                    "height": height,
+                    "model_settings": {"use_doc_preprocessor": False, "use_layout_detection": True},
+                    "parsing_res_list": [
+                        {
+                            "block_label": "text",
+                            "block_content": f"page {width}x{height}",
+                            "block_bbox": [0, 0, width, height],
+                            "block_id": 0,
+                            "block_order": 1,
+                            "group_id": 0,
+                        }
+                    ],
+                },
+                "markdown": {"text": f"page {width}x{height}", "images": {}},
+            }
+            for index, (width, height) in enumerate(sizes)
+        ]
+        data_info = {
+            "numPages": len(sizes),
+            "pages": [{"width": w, "height": h} for w, h in sizes],
+            "type": "pdf",
+        }
+        return HttpResponse.json(
+            200,
+            {
+                "logId": log_id,
                 "result": {"layoutParsingResults": results, "dataInfo": data_info},
                 "errorCode": 0,
                 "errorMsg": "Success",
@@ -293,13 +387,14 @@ class Instance:
             "max_depth": self.max_depth,
             "busy_s": round(self.busy_s, 3),
             "unmarked": self.unmarked,
+            "pages": self.pages,
         }
 
 
 class Fleet:
     def __init__(self, spec: FleetSpec):
         self.spec = spec
-        self.instances = [Instance(s, spec.sigma, spec.seed) for s in spec.instances()]
+        self.instances = [Instance(s, spec.sigma, spec.seed, spec) for s in spec.instances()]
         self.admin = MiniServer(self._admin)
 
     async def start(self) -> dict:
@@ -329,6 +424,12 @@ class Fleet:
             return HttpResponse.json(200, {"reset": len(self.instances)})
         if req.path == "/_admin/stats":
             return HttpResponse.json(200, {"instances": [i.stats() for i in self.instances]})
+        if req.path == "/_admin/log":
+            entries = sorted((e for i in self.instances for e in i.log), key=lambda e: e["end"])
+            if body.get("clear"):
+                for inst in self.instances:
+                    inst.log = []
+            return HttpResponse.json(200, {"log": entries})
         return HttpResponse.json(404, {"error": "unknown admin path"})
 
 

@@ -5,6 +5,10 @@ heavy-tailed distribution with mean 1) times the serving instance's mean service
 factor.  The work is carried inside the PNG the client sends (a ``tEXt`` chunk), so every policy,
 the live ideal dispatcher and the discrete-event reference see exactly the same workload for the
 same seed: same arrival times, same work per document.
+
+A PDF costs what a page-slicing gateway must pay for: ``request_s`` per request plus ``page_s``
+per page (:meth:`FleetSpec.pdf_seconds`), times the instance's slowness factor, so finer slices
+are not free.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class InstanceSpec:
     index: int
     mean_s: float  # mean service time of this instance (work 1.0 takes this long)
     slow: bool = False
+    factor: float = 1.0  # slowness (1 fast, 3-5 slow, 0 zero-latency); scales PDF costs too
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,8 @@ class FleetSpec:
     sigma: float = 1.0  # lognormal shape of the per-document work (mean fixed at 1)
     seed: int = 42
     zero_latency: bool = False  # scenario 3: answer at once
+    request_s: float = 0.4  # PDF cost model: fixed seconds per /layout-parsing of a PDF ...
+    page_s: float = 0.2  # ... plus this per page (both times the instance's factor)
 
     def instances(self) -> list[InstanceSpec]:
         rng = random.Random(self.seed * 7919 + 1)
@@ -47,8 +54,31 @@ class FleetSpec:
         for i in range(self.n):
             f = factors.get(i, 1.0)
             mean = 0.0 if self.zero_latency else self.mean_s * f
-            out.append(InstanceSpec(index=i, mean_s=mean, slow=f != 1.0))
+            factor = 0.0 if self.zero_latency else f
+            out.append(InstanceSpec(index=i, mean_s=mean, slow=f != 1.0, factor=factor))
         return out
+
+    def pdf_seconds(self, pages: int, factor: float = 1.0) -> float:
+        """Service time of one ``/layout-parsing`` of a ``pages``-page PDF on an instance of
+        slowness ``factor``.
+
+        >>> FleetSpec(request_s=0.4, page_s=0.2).pdf_seconds(16)
+        3.6
+        """
+        return round((self.request_s + pages * self.page_s) * factor, 9)
+
+    def page_capacity(self, slice_pages: int) -> float:
+        """Pages/s of the whole fleet with every instance always busy on ``slice_pages``-page
+        requests (slow instances at their own rate)."""
+        return sum(
+            slice_pages / self.pdf_seconds(slice_pages, s.factor)
+            for s in self.instances()
+            if s.factor > 0
+        )
+
+    def instance_equivalents(self) -> float:
+        """The fleet's size in fast instances: sum over instances of 1 / factor."""
+        return sum(1.0 / s.factor for s in self.instances() if s.factor > 0)
 
     def capacity_rps(self) -> float:
         """Sum over instances of 1 / mean service time (slow ones included)."""

@@ -63,21 +63,36 @@ def plan_slices(count: int, threshold: int, max_slice: int, free: int) -> list[t
 
 def free_capacity(pool: UpstreamPool, settings: Settings) -> int:
     """Upstream slots free now (eligible upstreams below ``upstream_concurrency``), less the
-    interactive requests already waiting for one; 0 when the fleet is busy."""
+    interactive requests already waiting for one; 0 when the fleet is busy. With several
+    gateway workers the attempts in flight are those of every worker (``pool.handoff``)."""
     eligible, _ = pool.eligible()
     limit = settings.load_balance.upstream_concurrency
-    free = sum(max(0, limit - u.in_flight) for u in eligible)
+    handoff = getattr(pool, "handoff", None)
+    count: Callable[[Upstream], int] = (
+        handoff.count if handoff is not None else (lambda u: u.in_flight)
+    )
+    free = sum(max(0, limit - count(u)) for u in eligible)
     return max(0, free - pool.queue.interactive_waiting)
 
 
 def extract_pages(data: bytes, pages: list[int]) -> bytes:
     """A PDF of ``pages`` (0-based, in that order) of the PDF ``data``."""
-    with pikepdf.open(io.BytesIO(data)) as source, pikepdf.new() as out:
-        for index in pages:
-            out.pages.append(source.pages[index])
-        buf = io.BytesIO()
-        out.save(buf)
-        return buf.getvalue()
+    return extract_slices(data, [pages])[0]
+
+
+def extract_slices(data: bytes, slices: list[list[int]]) -> list[bytes]:
+    """One PDF per list of ``slices`` (0-based pages, in that order) of the PDF ``data``,
+    which is parsed once: opening a long PDF costs far more than writing a few of its pages."""
+    out: list[bytes] = []
+    with pikepdf.open(io.BytesIO(data)) as source:
+        for pages in slices:
+            with pikepdf.new() as part:
+                for index in pages:
+                    part.pages.append(source.pages[index])
+                buf = io.BytesIO()
+                part.save(buf)
+                out.append(buf.getvalue())
+    return out
 
 
 def pages_label(doc_pages: list[int]) -> str:

@@ -28,7 +28,6 @@ from starlette.datastructures import UploadFile
 from gateway.access import AccessError, Principal
 from gateway.documents import SOURCE_FIELDS, resolve_input
 from gateway.errors import request_context
-from gateway.fanout import free_capacity, plan_slices
 from gateway.inputs import Document, InputError
 from gateway.jobs.protocol import (
     ProtocolError,
@@ -164,7 +163,7 @@ async def _submit(request: Request, runtime: Runtime, principal: Principal) -> R
         raise ProtocolError(
             413, f"{len(pages)} pages, the limit is {jobs.max_pages} (jobs.max_pages)"
         )
-    if store.disk_bytes() + len(doc.data) > jobs.max_disk_bytes:
+    if await asyncio.to_thread(store.disk_bytes) + len(doc.data) > jobs.max_disk_bytes:
         raise ProtocolError(
             503,
             f"the job store is full (jobs.max_disk_bytes={jobs.max_disk_bytes}); retry later",
@@ -186,17 +185,8 @@ async def _submit(request: Request, runtime: Runtime, principal: Principal) -> R
         finished=None,
         extracted=0,
     )
-    fanout = runtime.settings.fanout
-    slices = plan_slices(
-        len(pages),
-        fanout.threshold_pages,
-        fanout.max_slice_pages,
-        free_capacity(runtime.pool, runtime.settings),
-    )
-    if doc.kind != "pdf":
-        slices = [(0, 1)]
-    try:
-        await asyncio.to_thread(store.create_job, job, doc.data, slices)
+    try:  # its pages are cut into slices when they are dispatched (gateway.jobs.runner)
+        await asyncio.to_thread(store.create_job, job, doc.data)
     except OSError as exc:
         store.input_path(job.id).unlink(missing_ok=True)
         raise ProtocolError(503, f"cannot store the job: {exc}", {"Retry-After": "60"}) from None
@@ -250,7 +240,8 @@ async def batch_status(request: Request, batch_id: str) -> Response:
     async def action() -> Response:
         principal = _principal(request, runtime)
         store, _ = _service(runtime)
-        jobs = [j for j in store.batch(batch_id) if j.tenant == principal.name or principal.admin]
+        batch = await asyncio.to_thread(store.batch, batch_id)
+        jobs = [j for j in batch if j.tenant == principal.name or principal.admin]
         if not jobs:
             raise ProtocolError(404, f"batch {batch_id!r} not found")
         items = [job_data(j, _json_url(request, runtime, store, j)) for j in jobs]
@@ -271,7 +262,7 @@ async def job_status(request: Request, job_id: str) -> Response:
     async def action() -> Response:
         principal = _principal(request, runtime)
         store, _ = _service(runtime)
-        job = _visible(store.get(job_id), principal, job_id)
+        job = _visible(await asyncio.to_thread(store.get, job_id), principal, job_id)
         return envelope(job_data(job, _json_url(request, runtime, store, job)))
 
     return await _guarded(request, action)
@@ -289,10 +280,10 @@ async def cancel_job(request: Request, job_id: str) -> Response:
     async def action() -> Response:
         principal = _principal(request, runtime)
         store, runner = _service(runtime)
-        _visible(store.get(job_id), principal, job_id)
-        store.fail(job_id, "cancelled by the caller")
+        _visible(await asyncio.to_thread(store.get, job_id), principal, job_id)
+        await asyncio.to_thread(store.fail, job_id, "cancelled by the caller")
         runner.wake()
-        job = _visible(store.get(job_id), principal, job_id)
+        job = _visible(await asyncio.to_thread(store.get, job_id), principal, job_id)
         return envelope(job_data(job, _json_url(request, runtime, store, job)))
 
     return await _guarded(request, action)
@@ -314,7 +305,7 @@ async def job_result(request: Request, job_id: str, expires: str = "", sig: str 
         store, _ = _service(runtime)
         if not check_result_signature(store.key, job_id, expires, sig):
             raise ProtocolError(403, "the result URL is invalid or has expired")
-        job = store.get(job_id)
+        job = await asyncio.to_thread(store.get, job_id)
         path = store.result_path(job_id)
         if job is None or job.state != "done" or not path.is_file():
             raise ProtocolError(404, f"no result for job {job_id!r}")

@@ -1,14 +1,25 @@
 """The job runner: page slices through the central queue, then one assembly per job.
 
 Each gateway process runs one :class:`JobRunner` over the shared :class:`JobStore`. It leases
-slices (fair among tenants: the tenant with the fewest slices running goes first), at most as
-many at once as upstreams can serve, and sends each as one ``/layout-parsing`` through
+slices (fair among tenants: the tenant with the fewest slices running goes first) for the
+upstream slots free now, less a reserve for interactive requests (:meth:`JobRunner.room`), and
+sends each as one ``/layout-parsing`` through
 :meth:`gateway.proxy.Proxy.run` with ``background=True``: interactive requests go first, and a
 failed attempt fails over to another instance. A slice that fails on ``jobs.slice_attempts``
 rounds is split into single pages; a page that fails on every instance fails the job, naming the
 page. When every slice is done one process assembles the pages in order, sends one
-``/restructure-pages`` over all of them and writes the JSON Lines result. A process that dies
-loses its leases when they expire; the work is then taken over, and finished slices are kept.
+``/restructure-pages`` over all of them and writes the JSON Lines result.
+
+Pages are cut into slices when they are leased (:meth:`JobRunner.slice_size`), sized so that
+the pages waiting (every job's) spread over the upstream slots free at that moment: a job on an
+idle fleet spreads over every free instance, while under load (few slots free, or many pages
+waiting) slices grow up to ``fanout.max_slice_pages``, so per-request overhead does not waste a
+busy fleet.
+
+Leases are renewed for all of a process's work in one transaction every ``jobs.lease_s / 3``;
+a process that dies loses its leases at once when another process (a restart included) sees
+its owner file unlocked (:mod:`gateway.jobs.owners`), else when they expire; the work is then
+taken over, and finished slices are kept. Every store call runs in a thread, off the event loop.
 
 Usage::
 
@@ -25,6 +36,7 @@ import base64
 import contextlib
 import json
 import logging
+import math
 import os
 import secrets
 import socket
@@ -32,19 +44,20 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from gateway.attempts import GatewayError, UpstreamClientError, UpstreamFailure
-from gateway.fanout import extract_pages, pages_label, slice_work
+from gateway.fanout import extract_slices, free_capacity, pages_label, plan_slices, slice_work
 from gateway.jobs.protocol import job_data
-from gateway.jobs.store import Job, JobStore, SliceClaim
+from gateway.jobs.store import Job, JobStore, SliceClaim, SliceSize
 from gateway.paddlex_api import layout_body, parsing_results, restructure_body
 from gateway.upstream import Upstream
+from gateway.upstream_http import UpstreamClient
 
 if TYPE_CHECKING:
     from gateway.runtime import Runtime
 
 log = logging.getLogger("gateway.jobs")
+
+THROTTLED_POLL_S = 0.05  # how soon to look again while pages wait for a free upstream
 
 
 class JobRunner:
@@ -56,9 +69,14 @@ class JobRunner:
         self.owner = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._renew_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._slices = 0
+        # lease -> the task doing its work: (job id, first) for a slice, job id for an assembly
+        self._held: dict[tuple[str, int] | str, asyncio.Task[None]] = {}
+        self._slices = 0  # slices leased that still need an upstream
+        self._sent = 0  # of those, the ones whose request is on an upstream
         self._assemblies = 0
+        self._more = False  # the last lease took every slice it asked for
         self._purged = 0.0
 
     @property
@@ -66,129 +84,253 @@ class JobRunner:
         return self.runtime.settings.jobs
 
     def start(self) -> None:
-        self._loop_task = asyncio.get_running_loop().create_task(self._loop())
+        self.store.register_owner(self.owner)
+        loop = asyncio.get_running_loop()
+        self._loop_task = loop.create_task(self._loop())
+        self._renew_task = loop.create_task(self._renew_loop())
 
     def wake(self) -> None:
         self._wake.set()
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._loop_task, *self._tasks) if t is not None]
+        tasks = [t for t in (self._loop_task, self._renew_task, *self._tasks) if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self.store.release_owner(self.owner)
+        await asyncio.to_thread(self.store.release_owner, self.owner)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any, key: tuple[str, int] | str | None = None) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if key is not None:
+            self._held[key] = task
+
+    def _forget(self, key: tuple[str, int] | str) -> None:
+        """Drop the current task's lease (not a newer task's, should it hold the same one)."""
+        if self._held.get(key) is asyncio.current_task():
+            del self._held[key]
 
     async def _loop(self) -> None:
+        await self._reap()
+        woken, last = True, 0.0
         while True:
             try:
-                self._tick()
+                await self._lease_slices()
+                if woken or time.monotonic() - last >= self.jobs.poll_interval_s:
+                    last = time.monotonic()
+                    await self._tick()
             except Exception:
                 log.exception("job runner tick failed")
+            # pages waiting for a free upstream: look again soon (an interactive request
+            # that ends frees one without waking us)
+            poll = THROTTLED_POLL_S if self._more else self.jobs.poll_interval_s
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.jobs.poll_interval_s):
+                async with asyncio.timeout(poll):
                     await self._wake.wait()
+            woken = self._wake.is_set()
             self._wake.clear()
 
-    def _capacity(self) -> int:
-        eligible, _ = self.runtime.pool.eligible()
-        limit = self.runtime.settings.load_balance.upstream_concurrency
-        return max(1, len(eligible) * limit)
+    def room(self) -> tuple[int, int]:
+        """(slices to lease now, how many of them can start at once).
 
-    def _tick(self) -> None:
-        jobs = self.jobs
-        while self._slices < self._capacity():
-            claim = self.store.claim_slice(self.owner, jobs.lease_s)
-            if claim is None:
-                break
-            self._slices += 1
-            self._spawn(self._run_slice(claim))
+        They can start on the upstream slots free now (less interactive requests waiting,
+        and our slices already leased but not on an upstream), less a reserve of
+        ``ceil(sqrt(interactive requests in flight))`` slots, so that interactive requests
+        arriving on a busy fleet find a free instance instead of waiting for a job slice to
+        end. With no interactive request at all, up to ``slots / 4`` more wait in the central
+        queue, ready: an upstream that ends a slice gets the next one at once instead of
+        after a round trip through the store."""
+        pool, settings = self.runtime.pool, self.runtime.settings
+        eligible, _ = pool.eligible()
+        slots = max(1, len(eligible) * settings.load_balance.upstream_concurrency)
+        interactive = max(0, sum(u.in_flight for u in eligible) - self._sent)
+        interactive += pool.queue.interactive_waiting
+        free = free_capacity(pool, settings) - (self._slices - self._sent)
+        start = free - math.ceil(math.sqrt(interactive))
+        ready = 0 if interactive else max(1, slots // 4)
+        return min(slots + ready - self._slices, start + ready), start
+
+    def slice_size(self, start: int) -> SliceSize:
+        """The size of the next slices cut now: the pages waiting (in every job) spread over
+        the ``start`` slices that can start now (less one per slice leased before it in the
+        same claim), at most ``fanout.max_slice_pages`` (so: the most for a slice that will
+        wait), and at least that maximum times the share of the fleet's slots that are not
+        free for them: on a busy fleet a few slots free for a moment do not cut a job into
+        small slices whose per-request cost the fleet then pays. A job of up to
+        ``fanout.threshold_pages`` pages is one slice."""
+        fanout, settings = self.runtime.settings.fanout, self.runtime.settings
+        eligible, _ = self.runtime.pool.eligible()
+        slots = max(1, len(eligible) * settings.load_balance.upstream_concurrency)
+        least = math.ceil(fanout.max_slice_pages * (1 - max(0, start) / slots))
+
+        def size(pages: int, left: int, waiting: int, claimed: int) -> int:
+            if pages <= fanout.threshold_pages:
+                return left
+            spread = plan_slices(waiting, 0, fanout.max_slice_pages, start - claimed)[0][1]
+            return min(fanout.max_slice_pages, max(spread, least))
+
+        return size
+
+    async def _lease_slices(self) -> None:
+        """Lease as many slices as :meth:`room` allows and start them."""
+        room, start = self.room()
+        if room <= 0:
+            self._more = True  # no room: whether pages wait is for the next look to tell
+            return
+        claims = await asyncio.to_thread(
+            self.store.claim_slices, self.owner, self.jobs.lease_s, room, self.slice_size(start)
+        )
+        self._more = len(claims) == room  # pages may still wait
+        for group in _by_job(claims):
+            # the input is read and parsed once for all the slices of one job
+            files = asyncio.ensure_future(asyncio.to_thread(self._slice_files, group))
+            files.add_done_callback(_retrieve)
+            for index, claim in enumerate(group):
+                self._slices += 1
+                self._spawn(self._run_slice(claim, files, index), (claim.job.id, claim.first))
+
+    async def _tick(self) -> None:
+        """Assemblies, callbacks and the purge (when woken, at most every poll interval)."""
+        jobs, store = self.jobs, self.store
         while self._assemblies < 2:
-            job = self.store.claim_assembly(self.owner, jobs.lease_s)
+            job = await asyncio.to_thread(store.claim_assembly, self.owner, jobs.lease_s)
             if job is None:
                 break
             self._assemblies += 1
-            self._spawn(self._assemble(job))
+            self._spawn(self._assemble(job), job.id)
         if jobs.callbacks_enabled:
-            for job in self.store.callbacks_due():
-                if self.store.mark_callback(job.id):
+            for job in await asyncio.to_thread(store.callbacks_due):
+                if await asyncio.to_thread(store.mark_callback, job.id):
                     self._spawn(self._callback(job))
         now = time.time()
         if now - self._purged > 60:
             self._purged = now
-            purged = self.store.purge(now - jobs.retention_s)
+            purged = await asyncio.to_thread(store.purge, now - jobs.retention_s)
             if purged:
                 log.info("purged %d finished jobs older than jobs.retention_s", purged)
 
-    async def _renew(self, renew: Callable[[], bool], worker: asyncio.Task[Any]) -> None:
-        """Keep a lease with ``renew()``; cancel ``worker`` once the lease is lost (or the job
-        was cancelled)."""
-        while True:
-            await asyncio.sleep(self.jobs.lease_s / 3)
-            if not renew():
-                worker.cancel()
-                return
-
-    def _keep_lease(self, renew: Callable[[], bool]) -> asyncio.Task[None]:
-        worker = asyncio.current_task()
-        assert worker is not None
-        return asyncio.get_running_loop().create_task(self._renew(renew, worker))
-
-    async def _run_slice(self, claim: SliceClaim) -> None:
+    async def _reap(self) -> None:
+        """Release the leases of runners whose process is gone (a gateway killed before us)."""
         try:
-            renewer = self._keep_lease(
-                lambda: self.store.renew(claim, self.owner, self.jobs.lease_s)
-            )
-            try:
-                await self._slice_attempt(claim)
-            finally:
-                renewer.cancel()
-        except asyncio.CancelledError:
-            log.info("slice %s/%d given up (lease lost or stopping)", claim.job.id, claim.first)
+            dead = await asyncio.to_thread(self.store.reap_dead_owners)
         except Exception:
-            log.exception("slice %s/%d failed", claim.job.id, claim.first)
-            self.store.retry_slice(claim, self.owner, claim.failed, counted=True, split=False)
-        finally:
-            self._slices -= 1
+            log.exception("reaping the leases of dead job runners failed")
+            return
+        if dead:
+            log.info("released the leases of %d job runners that are gone", len(dead))
             self.wake()
 
-    async def _slice_attempt(self, claim: SliceClaim) -> None:
-        job, settings = claim.job, self.runtime.settings
+    async def _renew_loop(self) -> None:
+        """Every ``lease_s / 3``: renew all our leases at once, cancel the work whose lease is
+        lost (the job was cancelled, or the lease expired and was taken over), and reap the
+        leases of dead runners."""
+        while True:
+            await asyncio.sleep(self.jobs.lease_s / 3)
+            keys = list(self._held)  # leased before the renewal: it must find them
+            try:
+                slices, assembling = await asyncio.to_thread(
+                    self.store.renew_owned, self.owner, self.jobs.lease_s
+                )
+            except Exception:
+                log.exception("renewing the job leases failed")
+                continue
+            for key in keys:
+                kept = key in assembling if isinstance(key, str) else key in slices
+                task = self._held.get(key)
+                if not kept and task is not None:
+                    task.cancel()
+            await self._reap()
+
+    async def _run_slice(
+        self, claim: SliceClaim, files: asyncio.Future[list[str]], index: int
+    ) -> None:
+        released = False
+
+        def upstream_done() -> None:
+            """The slice no longer needs an upstream: lease the next one now, not once the
+            result is stored."""
+            nonlocal released
+            if not released:
+                released = True
+                self._slices -= 1
+                self.wake()
+
+        try:
+            await self._slice_attempt(claim, (await asyncio.shield(files))[index], upstream_done)
+        except asyncio.CancelledError:
+            log.info("slice %s/%d given up (lease lost or stopping)", claim.job.id, claim.first)
+        except Exception as exc:
+            log.exception("slice %s/%d failed", claim.job.id, claim.first)
+            if claim.attempts + 1 >= self.jobs.slice_attempts:  # a bug: no endless retries
+                label = pages_label(claim.job.pages[claim.first : claim.first + claim.count])
+                await asyncio.to_thread(self.store.fail, claim.job.id, f"{label}: {exc!r}")
+            else:
+                await asyncio.to_thread(
+                    self.store.retry_slice, claim, self.owner, claim.failed, True, False
+                )
+        finally:
+            upstream_done()
+            self._forget((claim.job.id, claim.first))
+            self.wake()
+
+    def _slice_files(self, claims: list[SliceClaim]) -> list[str]:
+        """The base64 of each slice's document (its pages cut from the input PDF), for
+        slices of one job."""
+        job = claims[0].job
+        data = self.store.input_path(job.id).read_bytes()
+        if job.kind != "pdf":
+            return [base64.b64encode(data).decode("ascii")] * len(claims)
+        parts = extract_slices(data, [job.pages[c.first : c.first + c.count] for c in claims])
+        return [base64.b64encode(part).decode("ascii") for part in parts]
+
+    async def _slice_attempt(
+        self, claim: SliceClaim, file: str, upstream_done: Callable[[], None]
+    ) -> None:
+        job, settings, store = claim.job, self.runtime.settings, self.store
         positions = job.pages[claim.first : claim.first + claim.count]
-        data = await asyncio.to_thread(self.store.input_path(job.id).read_bytes)
-        if job.kind == "pdf":
-            data = await asyncio.to_thread(extract_pages, data, positions)
         body = layout_body(
-            base64.b64encode(data).decode("ascii"),
+            file,
             job.kind == "pdf",
             f"{job.id}-{claim.first}",
             job.options.get("layout", {}),
         )
         work = slice_work(body, positions, job.kind == "pdf")
+        sent = False
+
+        async def on_upstream(client: UpstreamClient, upstream: Upstream, timeout: float) -> Any:
+            nonlocal sent
+            if not sent:
+                sent = True
+                self._sent += 1
+            return await work(client, upstream, timeout)
+
         label = pages_label(positions)
         try:
             pages, _, _ = await self.runtime.proxy.run(
                 settings,
-                work,
+                on_upstream,
                 tenant=job.tenant,
                 background=True,
                 exclude=frozenset(claim.failed),
             )
         except UpstreamClientError as exc:
-            self.store.fail(job.id, f"{label}: the upstream rejected the document: {exc.message}")
+            message = f"{label}: the upstream rejected the document: {exc.message}"
+            await asyncio.to_thread(store.fail, job.id, message)
             return
         except GatewayError as exc:
-            self._slice_failed(claim, exc, label)
+            await asyncio.to_thread(self._slice_failed, claim, exc, label)
             return
-        self.store.finish_slice(claim, pages, self.owner)
+        finally:
+            if sent:
+                self._sent -= 1
+            upstream_done()
+        await asyncio.to_thread(store.finish_slice, claim, pages, self.owner)
 
     def _slice_failed(self, claim: SliceClaim, exc: GatewayError, label: str) -> None:
+        """Give a failed slice back, split it, or fail its job (store calls: run in a thread)."""
         tried = [a.upstream for a in exc.details.get("attempts", []) if a.outcome != "success"]
         failed = sorted(set(claim.failed) | set(tried))
         if exc.status == 503 and not tried and exc.code != "no_upstream":
@@ -206,29 +348,28 @@ class JobRunner:
             log.warning("job %s failed: %s failed on every upstream", claim.job.id, label)
 
     async def _assemble(self, job: Job) -> None:
-        renewer = self._keep_lease(
-            lambda: self.store.renew_assembly(job.id, self.owner, self.jobs.lease_s)
-        )
         try:
             await self._assemble_job(job)
         except asyncio.CancelledError:
             log.info("job %s: assembly given up (lease lost or stopping)", job.id)
         except Exception as exc:
             log.exception("job %s: assembly failed", job.id)
-            self.store.fail(job.id, f"assembling the result failed: {exc}")
+            await asyncio.to_thread(self.store.fail, job.id, f"assembling the result failed: {exc}")
         finally:
-            renewer.cancel()
             self._assemblies -= 1
+            self._forget(job.id)
             self.wake()
 
-    async def _assemble_job(self, job: Job) -> None:
+    def _read_pages(self, job_id: str) -> list[dict[str, Any]]:
+        """Every slice's page results, in document order."""
         pages: list[dict[str, Any]] = []
-        for first in self.store.slice_firsts(job.id):
-            raw = await asyncio.to_thread(self.store.pages_path(job.id, first).read_bytes)
-            pages.extend(json.loads(raw))
-        restructure = job.options.get("restructure", {})
-        if len(pages) > 1 and restructure.get("restructurePages", True):
-            pages = await self._restructure(job, pages, restructure)
+        for first in self.store.slice_firsts(job_id):
+            pages.extend(json.loads(self.store.pages_path(job_id, first).read_bytes()))
+        return pages
+
+    @staticmethod
+    def _jsonl(job: Job, pages: list[dict[str, Any]]) -> bytes:
+        """The JSON Lines result: one line per page, the first with ``dataInfo``."""
         info = {"numPages": len(pages), "type": job.kind}
         lines = [
             json.dumps(
@@ -237,8 +378,15 @@ class JobRunner:
             )
             for i, page in enumerate(pages)
         ]
-        result = ("\n".join(lines) + "\n").encode()
-        if self.store.finish_job(job.id, result, self.owner):
+        return ("\n".join(lines) + "\n").encode()
+
+    async def _assemble_job(self, job: Job) -> None:
+        pages = await asyncio.to_thread(self._read_pages, job.id)
+        restructure = job.options.get("restructure", {})
+        if len(pages) > 1 and restructure.get("restructurePages", True):
+            pages = await self._restructure(job, pages, restructure)
+        result = await asyncio.to_thread(self._jsonl, job, pages)
+        if await asyncio.to_thread(self.store.finish_job, job.id, result, self.owner):
             log.info("job %s done: %d pages", job.id, len(pages))
 
     async def _restructure(
@@ -256,7 +404,7 @@ class JobRunner:
             logId=job.id,
         )
 
-        async def work(client: httpx.AsyncClient, upstream: Upstream, timeout: float) -> Any:
+        async def work(client: UpstreamClient, upstream: Upstream, timeout: float) -> Any:
             response = await client.post(
                 upstream.url + "/restructure-pages", json=body, timeout=timeout
             )
@@ -272,7 +420,7 @@ class JobRunner:
 
     async def _callback(self, job: Job) -> None:
         """POST the job's status to its callback URL (SSRF-guarded), once, best effort."""
-        current = self.store.get(job.id)
+        current = await asyncio.to_thread(self.store.get, job.id)
         if current is None or job.callback_url is None:
             return
         try:
@@ -284,3 +432,17 @@ class JobRunner:
             log.info("job %s: callback answered %d", job.id, response.status_code)
         except Exception as exc:
             log.warning("job %s: callback failed: %s", job.id, exc)
+
+
+def _by_job(claims: list[SliceClaim]) -> list[list[SliceClaim]]:
+    """Claims grouped by job, in their order."""
+    groups: dict[str, list[SliceClaim]] = {}
+    for claim in claims:
+        groups.setdefault(claim.job.id, []).append(claim)
+    return list(groups.values())
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a shared future's exception as seen (each user handles it on its own)."""
+    if not future.cancelled():
+        future.exception()

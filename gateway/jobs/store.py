@@ -2,20 +2,28 @@
 
 Layout: ``jobs.sqlite3`` (jobs and their page slices), ``key`` (the HMAC key of result URLs,
 made once, mode 0600), ``inputs/<jobId>`` (the document), ``pages/<jobId>/<first>.json`` (the
-page results of one slice), ``results/<jobId>.jsonl`` (the assembled result). Every file is
-written to a temporary name and renamed, so a killed process leaves no half-written file under
-a real name. A job row is inserted only after its input is on disk.
+page results of one slice), ``results/<jobId>.jsonl`` (the assembled result), ``owners/``
+(which runners are alive, :mod:`gateway.jobs.owners`). Every file is written to a temporary
+name and renamed, so a killed process leaves no half-written file under a real name. A job row
+is inserted only after its input is on disk.
+
+A job's pages are cut into slices when they are dispatched, not when the job is submitted:
+``cut`` counts the positions already in a slice, and :meth:`JobStore.claim_slices` cuts the
+next slice with the size its caller picks for the fleet's state at that moment.
 
 Several gateway processes may share one store: every state change is one transaction
 (``BEGIN IMMEDIATE``), and a slice or an assembly is leased to one process at a time
-(``owner``, ``lease_until``); a lease that is not renewed expires and the work is taken over.
+(``owner``, ``lease_until``); a lease that is not renewed expires and the work is taken over,
+at once when the owner's process is known to be dead (:meth:`JobStore.reap_dead_owners`).
+Calls block on SQLite and fsync: call them from a thread (``asyncio.to_thread``), not from the
+event loop.
 
 Usage::
 
     store = JobStore(Path("/var/lib/paddleocr-fleet/jobs"))
-    store.create_job(job, data, slices)            # durable when it returns
-    claim = store.claim_slice("owner-1", lease_s=30)
-    store.finish_slice(claim, pages, "owner-1")
+    store.create_job(job, data)                    # durable when it returns
+    claims = store.claim_slices("owner-1", 30, count=4, size=lambda pages, left, waiting, k: 16)
+    store.finish_slice(claims[0], pages, "owner-1")
 """
 
 from __future__ import annotations
@@ -27,11 +35,13 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gateway.jobs.owners import OwnerRegistry
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -39,7 +49,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   state TEXT NOT NULL, kind TEXT NOT NULL, pages TEXT NOT NULL, options TEXT NOT NULL,
   callback_url TEXT, error TEXT, created REAL NOT NULL, started REAL, finished REAL,
   extracted INTEGER NOT NULL DEFAULT 0, bytes INTEGER NOT NULL DEFAULT 0,
-  owner TEXT, lease_until REAL, callback_sent INTEGER NOT NULL DEFAULT 0
+  owner TEXT, lease_until REAL, callback_sent INTEGER NOT NULL DEFAULT 0,
+  npages INTEGER, cut INTEGER
 );
 CREATE INDEX IF NOT EXISTS jobs_batch ON jobs(batch_id);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
@@ -48,9 +59,17 @@ CREATE TABLE IF NOT EXISTS slices (
   state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, failed TEXT NOT NULL DEFAULT '[]',
   owner TEXT, lease_until REAL, PRIMARY KEY (job_id, first)
 );
+CREATE INDEX IF NOT EXISTS slices_open ON slices(state) WHERE state != 'done';
 """
 
 ACTIVE = ("pending", "running")
+# cut NULL: a job stored before slices were cut at dispatch (all its slices exist)
+_UNCUT = "cut IS NOT NULL AND cut < npages"
+_ALL_CUT = "(cut IS NULL OR cut >= npages)"
+
+# the size of the next slice: (the job's pages, the job's pages not yet in a slice, the pages
+# waiting over every job (uncut, or in a slice not leased), slices leased so far in this claim)
+SliceSize = Callable[[int, int, int, int], int]
 
 
 @dataclass(frozen=True)
@@ -132,10 +151,21 @@ class JobStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        self._migrate()
+        self.owners = OwnerRegistry(root / "owners")
+
+    def _migrate(self) -> None:
+        """Add the columns of dispatch-time slicing to a store made before them."""
+        with self._tx() as db:
+            columns = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
+            if "cut" not in columns:
+                db.execute("ALTER TABLE jobs ADD COLUMN npages INTEGER")
+                db.execute("ALTER TABLE jobs ADD COLUMN cut INTEGER")
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        self.owners.close()
 
     def _load_key(self) -> bytes:
         path = self.root / "key"
@@ -185,22 +215,26 @@ class JobStore:
         """Bytes of inputs, page results and results the store holds (as recorded)."""
         return int(self._query("SELECT COALESCE(SUM(bytes), 0) FROM jobs")[0][0])
 
-    def create_job(self, job: Job, data: bytes, slices: list[tuple[int, int]]) -> None:
-        """Store the input, then the job and its slices in one transaction."""
+    def create_job(
+        self, job: Job, data: bytes, slices: list[tuple[int, int]] | None = None
+    ) -> None:
+        """Store the input, then the job in one transaction. Its pages are cut into slices
+        when they are claimed, unless ``slices`` (first position, count) are given now."""
         write_atomic(self.input_path(job.id), data)
+        npages = len(job.pages)
         with self._tx() as db:
             db.execute(
                 "INSERT INTO jobs (id, batch_id, tenant, model, state, kind, pages, options,"
-                " callback_url, created, bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " callback_url, created, bytes, npages, cut) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job.id, job.batch_id, job.tenant, job.model, "pending", job.kind,
                     json.dumps(job.pages), json.dumps(job.options), job.callback_url,
-                    job.created, len(data),
+                    job.created, len(data), npages, 0 if slices is None else npages,
                 ),
             )  # fmt: skip
             db.executemany(
                 "INSERT INTO slices (job_id, first, count, state) VALUES (?,?,?,'pending')",
-                [(job.id, first, count) for first, count in slices],
+                [(job.id, first, count) for first, count in slices or []],
             )
 
     def get(self, job_id: str) -> Job | None:
@@ -231,50 +265,124 @@ class JobStore:
 
     # ------------------------------------------------------------------ slices
     def claim_slice(self, owner: str, lease_s: float) -> SliceClaim | None:
-        """Lease the next slice: the tenant with the fewest slices running goes first, then
-        the oldest job, then page order. Expired leases count as free."""
+        """Lease the next slice (see :meth:`claim_slices`); a job's uncut pages become one
+        slice."""
+        claims = self.claim_slices(owner, lease_s, 1)
+        return claims[0] if claims else None
+
+    def claim_slices(
+        self, owner: str, lease_s: float, count: int, size: SliceSize | None = None
+    ) -> list[SliceClaim]:
+        """Lease up to ``count`` slices in one transaction: the tenant with the fewest slices
+        running goes first, then the oldest job, then page order. A slice given back (or whose
+        lease expired) is taken as it is; a job's uncut pages are cut here, the next slice
+        being ``size(job pages, its pages left, pages waiting, k)`` pages (pages waiting: in
+        every job, not yet leased; ``k``: claims made so far in this call; default: every
+        page left)."""
         now = time.time()
         with self._tx() as db:
-            rows = db.execute(
-                "SELECT s.job_id, s.first, s.count, s.attempts, s.failed, j.tenant, j.created"
-                " FROM slices s JOIN jobs j ON j.id = s.job_id WHERE j.state IN"
-                " ('pending','running') AND (s.state='pending' OR (s.state='running' AND"
-                " s.lease_until < ?)) ORDER BY j.created, s.first LIMIT 500",
-                (now,),
-            ).fetchall()
-            if not rows:
-                return None
-            running: dict[str | None, int] = {}
-            for tenant, n in db.execute(
-                "SELECT j.tenant, COUNT(*) FROM slices s JOIN jobs j ON j.id = s.job_id"
-                " WHERE s.state='running' AND s.lease_until >= ? GROUP BY j.tenant",
-                (now,),
-            ):
-                running[tenant] = n
-            row = min(rows, key=lambda r: running.get(r["tenant"], 0))  # stable: oldest first
-            db.execute(
-                "UPDATE slices SET state='running', owner=?, lease_until=? WHERE job_id=? AND"
-                " first=?",
-                (owner, now + lease_s, row["job_id"], row["first"]),
+            units: list[dict[str, Any]] = [
+                {**dict(row), "cut": None}
+                for row in db.execute(
+                    "SELECT s.job_id, s.first, s.count, s.attempts, s.failed, j.tenant, j.created"
+                    " FROM slices s JOIN jobs j ON j.id = s.job_id WHERE j.state IN"
+                    " ('pending','running') AND (s.state='pending' OR (s.state='running' AND"
+                    " s.lease_until < ?)) ORDER BY j.created, s.first LIMIT 500",
+                    (now,),
+                )
+            ]
+            units += [
+                {
+                    "job_id": row["id"], "first": row["cut"], "tenant": row["tenant"],
+                    "created": row["created"], "cut": row["cut"], "npages": row["npages"],
+                }
+                for row in db.execute(
+                    f"SELECT id, tenant, created, cut, npages FROM jobs WHERE state IN"
+                    f" ('pending','running') AND {_UNCUT} ORDER BY created LIMIT 500"
+                )
+            ]  # fmt: skip
+            if not units:
+                return []
+            units.sort(key=lambda u: (u["created"], u["job_id"], u["first"]))
+            waiting = sum(u["count"] if u["cut"] is None else u["npages"] - u["cut"] for u in units)
+            running: dict[str | None, int] = dict(
+                db.execute(
+                    "SELECT j.tenant, COUNT(*) FROM slices s JOIN jobs j ON j.id = s.job_id"
+                    " WHERE s.state='running' AND s.lease_until >= ? GROUP BY j.tenant",
+                    (now,),
+                ).fetchall()
             )
-            db.execute(
-                "UPDATE jobs SET state='running', started=COALESCE(started, ?) WHERE id=?",
-                (now, row["job_id"]),
-            )
-            job = _job(db.execute("SELECT * FROM jobs WHERE id=?", (row["job_id"],)).fetchone())
-        return SliceClaim(
-            job, row["first"], row["count"], row["attempts"], json.loads(row["failed"])
-        )
+            taken: list[tuple[str, int, int, int, list[str]]] = []
+            while units and len(taken) < count:
+                # stable: among the tenants with the fewest running, the oldest job first
+                unit = min(units, key=lambda u: running.get(u["tenant"], 0))
+                if unit["cut"] is None:
+                    units.remove(unit)
+                    first, pages = unit["first"], unit["count"]
+                    db.execute(
+                        "UPDATE slices SET state='running', owner=?, lease_until=? WHERE"
+                        " job_id=? AND first=?",
+                        (owner, now + lease_s, unit["job_id"], first),
+                    )
+                    taken.append(
+                        (unit["job_id"], first, pages, unit["attempts"], json.loads(unit["failed"]))
+                    )
+                else:
+                    first, left = unit["cut"], unit["npages"] - unit["cut"]
+                    pages = (
+                        left
+                        if size is None
+                        else max(1, min(left, size(unit["npages"], left, waiting, len(taken))))
+                    )
+                    db.execute(
+                        "INSERT INTO slices (job_id, first, count, state, owner, lease_until)"
+                        " VALUES (?,?,?,'running',?,?)",
+                        (unit["job_id"], first, pages, owner, now + lease_s),
+                    )
+                    db.execute("UPDATE jobs SET cut=? WHERE id=?", (first + pages, unit["job_id"]))
+                    unit["cut"] = unit["first"] = first + pages
+                    if unit["cut"] >= unit["npages"]:
+                        units.remove(unit)
+                    taken.append((unit["job_id"], first, pages, 0, []))
+                waiting -= pages
+                running[unit["tenant"]] = running.get(unit["tenant"], 0) + 1
+                db.execute(
+                    "UPDATE jobs SET state='running', started=COALESCE(started, ?) WHERE id=?",
+                    (now, unit["job_id"]),
+                )
+            ids = sorted({job_id for job_id, *_ in taken})
+            marks = ",".join("?" * len(ids))
+            jobs = {
+                row["id"]: _job(row)
+                for row in db.execute(f"SELECT * FROM jobs WHERE id IN ({marks})", ids)
+            }
+        return [
+            SliceClaim(jobs[job_id], first, pages, attempts, failed)
+            for job_id, first, pages, attempts, failed in taken
+        ]
 
-    def renew(self, claim: SliceClaim, owner: str, lease_s: float) -> bool:
-        """Extend a slice's lease; False when it is no longer ours (or the job ended)."""
+    def renew_owned(self, owner: str, lease_s: float) -> tuple[set[tuple[str, int]], set[str]]:
+        """Extend every lease ``owner`` holds, in one transaction; the (job, first) slices and
+        the assembled jobs it still holds (a job cancelled or taken over is not among them)."""
+        until = time.time() + lease_s
         with self._tx() as db:
-            cur = db.execute(
-                "UPDATE slices SET lease_until=? WHERE job_id=? AND first=? AND owner=? AND"
-                " state='running' AND job_id IN (SELECT id FROM jobs WHERE state='running')",
-                (time.time() + lease_s, claim.job.id, claim.first, owner),
+            db.execute(
+                "UPDATE slices SET lease_until=? WHERE owner=? AND state='running' AND job_id IN"
+                " (SELECT id FROM jobs WHERE state='running')",
+                (until, owner),
             )
-        return cur.rowcount > 0
+            db.execute(
+                "UPDATE jobs SET lease_until=? WHERE owner=? AND state='running'", (until, owner)
+            )
+            slices = db.execute(
+                "SELECT job_id, first FROM slices WHERE owner=? AND state='running' AND"
+                " lease_until=?",
+                (owner, until),
+            ).fetchall()
+            jobs = db.execute(
+                "SELECT id FROM jobs WHERE owner=? AND state='running'", (owner,)
+            ).fetchall()
+        return {(row[0], row[1]) for row in slices}, {row[0] for row in jobs}
 
     def finish_slice(self, claim: SliceClaim, pages: list[dict[str, Any]], owner: str) -> bool:
         """Store a slice's page results, then mark it done; False when it was not ours."""
@@ -331,8 +439,8 @@ class JobStore:
         with self._tx() as db:
             row = db.execute(
                 "SELECT * FROM jobs j WHERE state='running' AND (owner IS NULL OR lease_until < ?)"
-                " AND NOT EXISTS (SELECT 1 FROM slices s WHERE s.job_id=j.id AND s.state!='done')"
-                " ORDER BY created LIMIT 1",
+                f" AND {_ALL_CUT} AND NOT EXISTS (SELECT 1 FROM slices s WHERE s.job_id=j.id"
+                " AND s.state!='done') ORDER BY created LIMIT 1",
                 (now,),
             ).fetchone()
             if row is None:
@@ -343,15 +451,6 @@ class JobStore:
             )
         return _job(row)
 
-    def renew_assembly(self, job_id: str, owner: str, lease_s: float) -> bool:
-        """Extend an assembly's lease; False when it is no longer ours (or the job ended)."""
-        with self._tx() as db:
-            cur = db.execute(
-                "UPDATE jobs SET lease_until=? WHERE id=? AND owner=? AND state='running'",
-                (time.time() + lease_s, job_id, owner),
-            )
-        return cur.rowcount > 0
-
     def release_owner(self, owner: str) -> None:
         """Give back every lease ``owner`` holds (a process stopping cleanly), so that another
         process need not wait for them to expire."""
@@ -361,6 +460,18 @@ class JobStore:
                 (owner,),
             )
             db.execute("UPDATE jobs SET owner=NULL, lease_until=NULL WHERE owner=?", (owner,))
+
+    def register_owner(self, owner: str) -> None:
+        """Mark ``owner`` alive for as long as this process lives (:mod:`gateway.jobs.owners`)."""
+        self.owners.register(owner)
+
+    def reap_dead_owners(self) -> list[str]:
+        """Release the leases of every owner whose process is gone; the owners reaped."""
+        dead = self.owners.dead()
+        for owner in dead:
+            self.release_owner(owner)
+            self.owners.forget(owner)
+        return dead
 
     def slice_firsts(self, job_id: str) -> list[int]:
         rows = self._query("SELECT first FROM slices WHERE job_id=? ORDER BY first", (job_id,))

@@ -121,7 +121,10 @@ def test_killed_gateway_resumes_the_job_on_restart(
         done_before = {
             f for f, state in _slices(tmp_path / "jobs", job_id).items() if state == "done"
         }
-        assert done_before and len(done_before) < len(_slices(tmp_path / "jobs", job_id))
+        # some slices are done, not all pages (pages are cut into slices as they are leased)
+        with sqlite3.connect(tmp_path / "jobs" / "jobs.sqlite3") as db:
+            (extracted,) = db.execute("SELECT extracted FROM jobs WHERE id=?", (job_id,)).fetchone()
+        assert done_before and extracted < 36
         seen_before = [len(d.layout_requests()) for d in fleet]
 
         second = GatewayProcess(config, tmp_path / "gw2.log")

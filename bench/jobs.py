@@ -1,0 +1,207 @@
+"""Jobs benchmark of issue 12: long documents at fleet speed.
+
+    python -m bench.jobs             # the documented run (about 4 min on 2 cores)
+    python -m bench.jobs --quick     # shorter windows (about 2 min)
+    python -m bench.jobs --smoke     # seconds: 4 instances, small documents (tests/bench)
+
+Against a real gateway process (``python -m gateway``, queue mode, two tenants' tokens, its
+job store in a temporary folder) and the simulated fleet (``bench/fleet.py``: 48 instances,
+one inference at a time each, PDFs costing ``request_s`` per request plus ``page_s`` per
+page), over the official job protocol:
+
+1. idle fleet: a 100-page job's latency with fan-out vs one instance parsing the PDF whole;
+2. mixed load: one-page ``/ocr`` documents at 40 % of the capacity, alone and while 100-page
+   jobs take another 45 %; the one-page p99 of both;
+3. saturation: 40 jobs at once and nothing else; pages/s vs the fleet's capacity;
+4. ``kill -9`` of the gateway while 20 jobs run, restarted on the same store: every job
+   whole and in order, pages parsed twice.
+
+Results: ``bench/results/jobs-<profile>.json`` and the markdown printed at the end (the
+table in docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from bench.jobs_report import markdown, targets
+from bench.jobs_scenarios import (
+    ADMIN_TOKEN,
+    TOKENS,
+    Context,
+    Profile,
+    capacities,
+    scenario_idle,
+    scenario_kill,
+    scenario_mixed,
+    scenario_saturation,
+    sha,
+)
+from bench.procs import (
+    FleetProc,
+    GatewayProc,
+    gateway_config,
+    snapshot_gateway,
+    start_fleet,
+    start_gateway,
+    tmpdir,
+)
+from bench.workload import FleetSpec
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+DEFAULT = Profile("default")
+PROFILES = {
+    "default": DEFAULT,
+    "quick": replace(DEFAULT, name="quick", idle_runs=2, mixed_s=15.0, mixed_warmup_s=3.0,
+                     saturation_jobs=25),
+    "smoke": Profile(
+        "smoke", FleetSpec(n=4, slow_factors=(), request_s=0.05, page_s=0.02), doc_pages=12,
+        threshold_pages=2, max_slice_pages=4, idle_runs=1, mixed_s=1.0, mixed_warmup_s=0.2,
+        saturation_jobs=4, kill_jobs=3, lease_s=2.0,
+    ),
+}  # fmt: skip
+SCENARIOS = ("idle", "mixed", "saturation", "kill")
+
+
+def config(prof: Profile, fleet: FleetProc, jobs_dir: Path) -> dict[str, Any]:
+    """The gateway's config: queue mode, two tenants, the job store in ``jobs_dir``."""
+    return gateway_config(
+        fleet.urls,
+        "queue",
+        {
+            "load_balance": {"queue_max_depth": 4096},
+            "auth": {
+                "tokens": [{"name": n, "sha256": sha(t)} for n, t in TOKENS.items()],
+                "admin_tokens": [{"name": "bench-admin", "sha256": sha(ADMIN_TOKEN)}],
+            },
+            "fanout": {
+                "threshold_pages": prof.threshold_pages,
+                "max_slice_pages": prof.max_slice_pages,
+            },
+            "jobs": {"dir": str(jobs_dir), "lease_s": prof.lease_s},
+            "server": {"max_connections": 4000, "max_connections_per_client": 4000},
+            "reload": {"enabled": False},
+        },
+    )
+
+
+async def run(
+    prof: Profile, scenarios: tuple[str, ...], keep: bool, src: Path | None = None
+) -> dict[str, Any]:
+    workdir = tmpdir()
+    if src is None:
+        src = snapshot_gateway(workdir)
+    fleet = start_fleet(prof.fleet)
+    gateways: list[GatewayProc] = []
+    try:
+        cfg = config(prof, fleet, workdir / "jobs")
+
+        async def launch(name: str) -> GatewayProc:
+            gateway = await start_gateway(cfg, workdir, name, src=src)
+            gateways.append(gateway)
+            ctx.gateway, ctx.url = gateway, f"http://127.0.0.1:{gateway.port}"
+            return gateway
+
+        ctx = Context(prof, fleet, "", workdir, restart=launch)
+        await launch("jobs")
+        out: dict[str, Any] = {}
+        for name, scenario in (
+            ("idle", scenario_idle),
+            ("mixed", scenario_mixed),
+            ("saturation", scenario_saturation),
+            ("kill", scenario_kill),
+        ):
+            if name in scenarios:
+                print(f"-- scenario {name}", file=sys.stderr, flush=True)
+                out[name] = await scenario(ctx)
+                print(json.dumps(out[name])[:600], file=sys.stderr, flush=True)
+        return out
+    finally:
+        for gateway in gateways:
+            gateway.stop()
+        fleet.stop()
+        if keep:
+            print(f"kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true")
+    group.add_argument("--smoke", action="store_true")
+    ap.add_argument(
+        "--slow", action="store_true", help="3 slow instances (3x, 4x, 5x) as in bench.balancing"
+    )
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--keep-logs", action="store_true")
+    ap.add_argument(
+        "--gateway-src",
+        type=Path,
+        default=None,
+        help="a folder holding gateway/ to run (default: a copy of the checkout's)",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="gateway worker processes (default: the gateway's own, one per core)",
+    )
+    args = ap.parse_args(argv)
+    if args.workers is not None:
+        os.environ["GATEWAY_WORKERS"] = str(args.workers)  # read by python -m gateway
+    prof = PROFILES["quick" if args.quick else "smoke" if args.smoke else "default"]
+    if args.slow:
+        prof = replace(
+            prof, name=prof.name + "-slow", fleet=replace(prof.fleet, slow_factors=(3.0, 4.0, 5.0))
+        )
+    scenarios = tuple(s for s in args.scenarios.split(",") if s)
+    unknown = set(scenarios) - set(SCENARIOS)
+    if unknown:
+        ap.error(f"--scenarios: unknown {sorted(unknown)} (expected some of {','.join(SCENARIOS)})")
+    started = dt.datetime.now(dt.UTC)
+    # a SIGTERM (timeout, CI) unwinds like Ctrl-C, so the gateway and the fleet are stopped
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        measured = asyncio.run(run(prof, scenarios, args.keep_logs, args.gateway_src))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    result = {
+        "meta": {
+            "profile": prof.name,
+            "started": started.isoformat(timespec="seconds"),
+            "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "gateway_workers": os.environ.get("GATEWAY_WORKERS", "default (one per core)"),
+        },
+        "profile": {**asdict(prof), "fleet": prof.fleet.to_dict()},
+        "capacity": capacities(prof),
+        "scenarios": measured,
+    }
+    result["targets"] = targets(result)
+    out = args.out or RESULTS_DIR / f"jobs-{prof.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(result))
+    print(f"results: {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""Dispatch-time slicing of jobs: pages cut when they are leased, sized to the fleet's state;
+one renewal for all of a process's leases; the leases of a killed process released at once;
+a store made before dispatch-time slicing still works (no HTTP; real SQLite, real processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from gateway.jobs.runner import JobRunner
+from gateway.jobs.store import Job, JobStore
+from tests.gateway.test_pool import make_pool
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _job(job_id: str, tenant: str, created: float, pages: int) -> Job:
+    return Job(
+        job_id, None, tenant, "PaddleOCR-VL-1.5", "pending", "pdf", list(range(pages)), {},
+        None, None, created, None, None, 0,
+    )  # fmt: skip
+
+
+def test_pages_are_cut_when_leased_with_the_size_the_caller_picks(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    store.create_job(_job("j1", "a", 1.0, 40), b"%PDF-1")
+    calls: list[tuple[int, int, int, int]] = []
+
+    def size(pages: int, left: int, waiting: int, claimed: int) -> int:
+        calls.append((pages, left, waiting, claimed))
+        return 10 + claimed
+
+    claims = store.claim_slices("p1", 30, 3, size)
+    assert [(c.first, c.count) for c in claims] == [(0, 10), (10, 11), (21, 12)]
+    assert calls == [(40, 40, 40, 0), (40, 30, 30, 1), (40, 19, 19, 2)]
+    assert store.claim_assembly("p1", 30) is None  # 7 pages are not in a slice yet
+    (rest,) = store.claim_slices("p1", 30, 5)  # default: every page left, as one slice
+    assert (rest.first, rest.count) == (33, 7)
+    assert store.claim_slices("p1", 30, 5) == []
+    for claim in (*claims, rest):
+        assert store.finish_slice(claim, [{"n": i} for i in range(claim.count)], "p1")
+    job = store.claim_assembly("p1", 30)
+    assert job is not None and store.get("j1").extracted == 40
+    assert store.slice_firsts("j1") == [0, 10, 21, 33]
+    store.close()
+
+
+def test_slices_cut_at_lease_time_are_fair_among_tenants(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    store.create_job(_job("a1", "a", 1.0, 40), b"%PDF-1")
+    store.create_job(_job("a2", "a", 2.0, 40), b"%PDF-2")
+    store.create_job(_job("b1", "b", 3.0, 40), b"%PDF-3")
+    claims = store.claim_slices("p1", 30, 4, lambda pages, left, waiting, k: 8)
+    # the tenant with the fewest slices running first, then the oldest job
+    assert [(c.job.id, c.first) for c in claims] == [("a1", 0), ("b1", 0), ("a1", 8), ("b1", 8)]
+    # a slice given back is taken again as it is, before the job's uncut pages
+    store.retry_slice(claims[0], "p1", ["http://u1"], counted=True, split=False)
+    again = store.claim_slices("p2", 30, 1, lambda pages, left, waiting, k: 8)
+    assert [(c.job.id, c.first, c.count, c.failed) for c in again] == [("a1", 0, 8, ["http://u1"])]
+    store.close()
+
+
+def test_one_renewal_keeps_every_lease_and_drops_cancelled_ones(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    store.create_job(_job("j1", "a", 1.0, 4), b"%PDF-1")
+    store.create_job(_job("j2", "a", 2.0, 4), b"%PDF-2")
+    store.create_job(_job("j3", "a", 3.0, 1), b"%PDF-3")
+    claims = store.claim_slices("p1", 30, 2)
+    (done,) = store.claim_slices("p1", 30, 1)
+    assert store.finish_slice(done, [{"n": 0}], "p1")
+    assembling = store.claim_assembly("p1", 30)
+    assert assembling is not None and assembling.id == "j3"
+    slices, jobs = store.renew_owned("p1", 30)
+    assert slices == {("j1", 0), ("j2", 0)} and jobs == {"j3"}
+    assert store.fail("j2", "cancelled by the caller")
+    slices, jobs = store.renew_owned("p1", 30)
+    assert slices == {("j1", 0)} and jobs == {"j3"}
+    assert store.renew_owned("p2", 30) == (set(), set())
+    assert claims[0].job.id == "j1"
+    store.close()
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from gateway.jobs.store import JobStore
+store = JobStore(Path(sys.argv[1]))
+store.register_owner(sys.argv[2])
+claim = store.claim_slice(sys.argv[2], lease_s=600)
+print(claim.job.id if claim else "none", flush=True)
+time.sleep(600)
+"""
+
+
+def _holder(root: Path, owner: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(root), owner],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() != "none"
+    return proc
+
+
+def test_the_leases_of_a_killed_process_are_released_at_once(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    store.register_owner("me")
+    store.create_job(_job("j1", "a", 1.0, 1), b"%PDF-1")
+    store.create_job(_job("j2", "a", 2.0, 1), b"%PDF-2")
+    alive, killed = _holder(tmp_path, "alive"), _holder(tmp_path, "killed")
+    try:
+        assert store.claim_slice("me", 30) is None  # both slices leased for 600 s
+        assert store.reap_dead_owners() == []  # both holders alive: nothing released
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(10)
+        assert store.reap_dead_owners() == ["killed"]
+        freed = store.claim_slice("me", 30)
+        assert freed is not None  # long before its lease would have expired
+        assert store.claim_slice("me", 30) is None  # the live holder keeps its own
+        assert not (tmp_path / "owners" / "killed").exists()
+        assert (tmp_path / "owners" / "me").exists() and (tmp_path / "owners" / "alive").exists()
+    finally:
+        for proc in (alive, killed):
+            proc.kill()
+            proc.wait(10)
+    store.close()
+    assert not (tmp_path / "owners" / "me").exists()  # a clean stop removes its own file
+
+
+_OLD_SCHEMA = """
+CREATE TABLE jobs (
+  id TEXT PRIMARY KEY, batch_id TEXT, tenant TEXT, model TEXT NOT NULL,
+  state TEXT NOT NULL, kind TEXT NOT NULL, pages TEXT NOT NULL, options TEXT NOT NULL,
+  callback_url TEXT, error TEXT, created REAL NOT NULL, started REAL, finished REAL,
+  extracted INTEGER NOT NULL DEFAULT 0, bytes INTEGER NOT NULL DEFAULT 0,
+  owner TEXT, lease_until REAL, callback_sent INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE slices (
+  job_id TEXT NOT NULL, first INTEGER NOT NULL, count INTEGER NOT NULL,
+  state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, failed TEXT NOT NULL DEFAULT '[]',
+  owner TEXT, lease_until REAL, PRIMARY KEY (job_id, first)
+);
+"""
+
+
+def test_a_store_made_before_dispatch_time_slicing_finishes_its_jobs(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "jobs.sqlite3") as db:
+        db.executescript(_OLD_SCHEMA)
+        db.execute(
+            "INSERT INTO jobs (id, tenant, model, state, kind, pages, options, created) VALUES"
+            " ('old', 'a', 'PaddleOCR-VL-1.5', 'pending', 'pdf', ?, '{}', 1.0)",
+            (json.dumps([0, 1, 2, 3]),),
+        )
+        db.executemany(
+            "INSERT INTO slices (job_id, first, count, state) VALUES ('old', ?, 2, 'pending')",
+            [(0,), (2,)],
+        )
+    (tmp_path / "inputs").mkdir()
+    (tmp_path / "inputs" / "old").write_bytes(b"%PDF-old")
+    store = JobStore(tmp_path)
+    again = JobStore(tmp_path)  # a second process migrating the same store: a no-op
+    claims = store.claim_slices("p1", 30, 5, lambda pages, left, waiting, k: 1)
+    assert [(c.first, c.count) for c in claims] == [(0, 2), (2, 2)]  # its own slices, as cut
+    for claim in claims:
+        assert store.finish_slice(claim, [{"n": 0}, {"n": 1}], "p1")
+    job = again.claim_assembly("p2", 30)
+    assert job is not None and job.id == "old"
+    store.close()
+    again.close()
+
+
+def _runner(pool: Any) -> JobRunner:
+    runtime = SimpleNamespace(pool=pool, settings=pool.settings)  # fanout defaults: 8, 16
+    return JobRunner(runtime, store=None)  # type: ignore[arg-type]
+
+
+def test_slice_size_spreads_on_an_idle_fleet_and_grows_under_load() -> None:
+    async def main() -> None:
+        pool = make_pool(4, load_balance={"mode": "queue"})
+        runner = _runner(pool)
+        room, start = runner.room()  # idle: 4 slices start at once, 1 more waits ready
+        assert (room, start) == (5, 4)
+        size = runner.slice_size(start)
+        assert size(40, 40, 40, 0) == 10  # 40 pages over 4 free instances
+        assert size(40, 30, 30, 1) == 10  # and the next slices of the same claim
+        assert size(40, 40, 400, 0) == 16  # many pages waiting: the largest slices
+        assert size(40, 10, 10, 4) == 10  # a slice that will wait gets the most pages
+        assert size(8, 8, 40, 0) == 8  # a document of threshold_pages is one slice
+        # two interactive requests in flight: no slice waits ready, and a reserve of
+        # ceil(sqrt(2)) = 2 instances stays free for the next interactive ones
+        leases = [await pool.acquire(), await pool.acquire()]
+        assert runner.room() == (0, 0)
+        pool.release(leases.pop(), "success", 0.1)
+        assert runner.room() == (2, 2)  # one in flight: a reserve of 1
+        # half the slots not free for slices: no slice under half the largest
+        assert runner.slice_size(2)(40, 10, 10, 0) == 8
+        pool.release(leases.pop(), "success", 0.1)
+        assert runner.room() == (5, 4)
+
+    asyncio.run(main())
