@@ -3,6 +3,7 @@
     python -m bench.balancing            # the documented run (~13 min on 2 cores)
     python -m bench.balancing --quick    # 8 s windows, every scenario (about half that)
     python -m bench.balancing --full     # 60 s windows, live ideal at every load (~45 min)
+    python -m bench.balancing --workers 2 --policies queue --loads 85 --scenarios 1
 
 Scenario 1 - open-loop Poisson load at 50/70/85/95 % of the fleet's capacity through the real
 gateway (``python -m gateway`` subprocess, one fresh gateway per policy and load), per policy,
@@ -621,6 +622,8 @@ async def run(
             "default_policy": default,
             "profile_settings": {k: v for k, v in asdict(prof).items() if k != "fleet"},
             "command": " ".join(["python -m bench.balancing", *sys.argv[1:]]),
+            # None: the gateway's default (one worker per core)
+            "gateway_workers": int(os.environ.get("GATEWAY_WORKERS") or 0) or None,
             "gateway_sources": gateway_fingerprint(src / "gateway"),
         }
     }
@@ -691,6 +694,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int)
     ap.add_argument("--duration", type=float, help="seconds of arrivals per scenario-1 run")
     ap.add_argument("--gateway-extra", help="JSON merged into every gateway config")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes of each gateway (python -m gateway --workers; default: the "
+        "gateway's own, one per core)",
+    )
     ap.add_argument("--out", help="results JSON path (default bench/results/<profile>.json)")
     ap.add_argument("--no-out", action="store_true", help="do not write a results file")
     ap.add_argument(
@@ -730,6 +739,10 @@ def main(argv: list[str] | None = None) -> int:
         prof = replace(prof, duration_s=args.duration)
     if args.gateway_extra:
         prof = replace(prof, gateway_extra=json.loads(args.gateway_extra))
+    if args.workers is not None:
+        if args.workers < 1:
+            ap.error("--workers must be at least 1")
+        os.environ["GATEWAY_WORKERS"] = str(args.workers)  # read by every gateway it starts
     out = None if args.no_out else Path(args.out) if args.out else RESULTS_DIR / f"{name}.json"
     scen = {s.strip() for s in args.scenarios.split(",")}
     results = asyncio.run(run(prof, out, scen, args.keep_logs, args.wait_gateway))

@@ -1,7 +1,11 @@
-"""Run the gateway: ``python -m gateway --config PATH [--host 0.0.0.0] [--port 9101]``.
+"""Run the gateway: ``python -m gateway --config PATH [--host 0.0.0.0] [--port 9101]
+[--workers N]``.
 
 The config path may also come from the ``GATEWAY_CONFIG`` environment variable. A bad config is
-a startup error (exit status 2) whose message names the key.
+a startup error (exit status 2) whose message names the key. ``--workers`` (or
+``GATEWAY_WORKERS``) is the number of worker processes, by default one per core this process
+may run on; with one, the gateway is a single uvicorn process, with more a supervisor forks
+them and they share the per-upstream occupancy (:mod:`gateway.supervisor`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,31 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.connections import uvicorn_options
-from gateway.settings import ConfigError
+from gateway.settings import ConfigError, load_settings
+from gateway.supervisor import Supervisor, SupervisorOptions
+
+MAX_WORKERS = 256
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def parse_workers(text: str) -> int:
+    """``--workers`` / ``GATEWAY_WORKERS``: a whole number from 1 to MAX_WORKERS."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 1 to {MAX_WORKERS}, got {text!r}"
+        )
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,11 +55,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--host", default=os.environ.get("GATEWAY_HOST", "0.0.0.0"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GATEWAY_PORT", "9101")))
+    parser.add_argument(
+        "--workers",
+        type=parse_workers,
+        default=None,
+        help="worker processes (default: $GATEWAY_WORKERS, else one per core: "
+        f"{default_workers()} here)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "info"))
     parser.add_argument("--no-access-log", action="store_true", help="disable the access log")
     args = parser.parse_args(argv)
     if not args.config:
         parser.error("--config PATH (or GATEWAY_CONFIG) is required")
+    workers = args.workers
+    if workers is None:
+        env = os.environ.get("GATEWAY_WORKERS")
+        try:
+            workers = parse_workers(env) if env else default_workers()
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"GATEWAY_WORKERS {exc}")
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -39,6 +81,20 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # the gateway's own access log (gateway.middleware) names the caller's token
     logging.getLogger("gateway.access").disabled = args.no_access_log
+    if workers > 1:
+        try:
+            load_settings(args.config)  # refuse a bad config before forking anything
+        except ConfigError as exc:
+            print(f"gateway: invalid config: {exc}", file=sys.stderr)
+            return 2
+        options = SupervisorOptions(
+            config_path=args.config,
+            host=args.host,
+            port=args.port,
+            workers=workers,
+            log_level=args.log_level,
+        )
+        return Supervisor(options).run()
     try:
         app = create_app(args.config)
     except ConfigError as exc:

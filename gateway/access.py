@@ -9,7 +9,9 @@ With no token configured the gateway is open (every caller is :data:`ANONYMOUS`)
 
 Quotas per token (optional): ``max_in_flight`` requests at once and ``rate_per_s`` (a token
 bucket holding one second's worth, at least 1); over either, 429 with ``Retry-After``. Each
-token has its own counters, so one token's flood slows no other token.
+token has its own counters, so one token's flood slows no other token. With a ``seat`` (one of
+several worker processes, :mod:`gateway.occupancy`) the quotas count the token's requests in
+every worker: its in-flight count is a sum over the workers' rows, its bucket is shared.
 
 Usage::
 
@@ -27,8 +29,10 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable
@@ -40,10 +44,14 @@ from fastapi.security import HTTPBearer
 
 from gateway.attempts import GatewayError
 from gateway.errors import ANONYMOUS, request_context
+from gateway.occupancy import SlotsExhausted
 from gateway.settings import AuthSettings, TokenSpec
 
 if TYPE_CHECKING:
     from gateway.metrics import GatewayMetrics
+    from gateway.occupancy import Seat
+
+log = logging.getLogger("gateway.tokens")  # not "gateway.access": that is the access log
 
 _INVALID_CHALLENGE = 'Bearer realm="paddleocr-fleet", error="invalid_token"'
 
@@ -77,6 +85,17 @@ class _Quota:
     in_flight: int = 0
     bucket: float = -1.0  # tokens in the rate bucket (-1: not used yet, starts full)
     stamp: float = 0.0
+    shared: int = 0  # of in_flight, those counted in the workers' shared table
+
+
+def _take(bucket: float, stamp: float, rate: float, now: float) -> tuple[float, int]:
+    """Refill a rate bucket (-1: unused, starts full) and take one token: (the bucket after,
+    0), or (the bucket refilled, seconds to wait) when it holds less than one."""
+    capacity = max(1.0, rate)
+    bucket = capacity if bucket < 0 else min(capacity, bucket + (now - stamp) * rate)
+    if bucket < 1.0:
+        return bucket, max(1, math.ceil((1.0 - bucket) / rate))
+    return bucket - 1.0, 0
 
 
 def token_digest(token: str) -> bytes:
@@ -92,9 +111,13 @@ class Access:
         auth: AuthSettings,
         metrics: GatewayMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        seat: Seat | None = None,
     ) -> None:
         self.metrics = metrics
         self._clock = clock
+        self._seat = seat
+        self._slots: dict[str, int] = {}  # token name -> its slot in the shared table
+        self._unslotted: set[str] = set()  # names the full table had no slot for
         self._quotas: dict[str, _Quota] = {}
         self._entries: tuple[tuple[bytes, Principal], ...] = ()
         self.enabled = False
@@ -154,42 +177,78 @@ class Access:
         Pair with :meth:`release`."""
         spec = principal.spec
         quota = self._quotas.setdefault(principal.name, _Quota())
-        limit = spec.max_in_flight if spec is not None else None
-        if limit is not None and quota.in_flight >= limit:
-            self._count_refusal(principal.name, "max_in_flight")
+        if spec is None or (spec.max_in_flight is None and spec.rate_per_s is None):
+            quota.in_flight += 1
+            return
+        if self._seat is not None and self._slot(principal.name) is not None:
+            self._admit_shared(principal.name, spec, quota)
+            return
+        self._check_in_flight(principal.name, spec, quota.in_flight)
+        if spec.rate_per_s is not None:
+            now = self._clock()
+            quota.bucket, wait = _take(quota.bucket, quota.stamp, spec.rate_per_s, now)
+            quota.stamp = now
+            self._check_rate(principal.name, spec, wait)
+        quota.in_flight += 1
+
+    def _slot(self, name: str) -> int | None:
+        """The token's slot in the workers' shared table; None (logged) when it is full, and
+        the token's quotas are then counted in this worker alone."""
+        slot = self._slots.get(name)
+        if slot is None and self._seat is not None and name not in self._unslotted:
+            try:
+                slot = self._slots[name] = self._seat.token_slot(name)
+            except SlotsExhausted as exc:
+                log.error("token %r: quotas counted per worker: %s", name, exc)
+                self._unslotted.add(name)
+        return slot
+
+    def _admit_shared(self, name: str, spec: TokenSpec, quota: _Quota) -> None:
+        """:meth:`admit` against the counters of every worker."""
+        seat = self._seat
+        assert seat is not None
+        slot = self._slots[name]
+        with seat.lock():
+            self._check_in_flight(name, spec, seat.token_in_flight(slot))
+            if spec.rate_per_s is not None:
+                now = self._clock()
+                bucket, wait = _take(*seat.bucket(slot), spec.rate_per_s, now)
+                seat.set_bucket(slot, bucket, now)
+                self._check_rate(name, spec, wait)
+            seat.token_add(slot, 1)
+        quota.in_flight += 1
+        quota.shared += 1
+
+    def _check_in_flight(self, name: str, spec: TokenSpec, in_flight: int) -> None:
+        limit = spec.max_in_flight
+        if limit is not None and in_flight >= limit:
+            self._count_refusal(name, "max_in_flight")
             raise AccessError(
                 429,
                 "too_many_in_flight",
-                f"token {principal.name!r} has {quota.in_flight} requests in flight, its "
+                f"token {name!r} has {in_flight} requests in flight, its "
                 f"limit is {limit} (max_in_flight)",
                 headers={"Retry-After": "1"},
             )
-        if spec is not None and spec.rate_per_s is not None:
-            rate = spec.rate_per_s
-            capacity = max(1.0, rate)
-            now = self._clock()
-            if quota.bucket < 0:
-                quota.bucket = capacity
-            else:
-                quota.bucket = min(capacity, quota.bucket + (now - quota.stamp) * rate)
-            quota.stamp = now
-            if quota.bucket < 1.0:
-                wait = math.ceil((1.0 - quota.bucket) / rate)
-                self._count_refusal(principal.name, "rate_per_s")
-                raise AccessError(
-                    429,
-                    "rate_limited",
-                    f"token {principal.name!r} is over its rate of {rate:g} requests/s "
-                    "(rate_per_s)",
-                    headers={"Retry-After": str(max(1, wait))},
-                )
-            quota.bucket -= 1.0
-        quota.in_flight += 1
+
+    def _check_rate(self, name: str, spec: TokenSpec, wait: int) -> None:
+        if wait:
+            self._count_refusal(name, "rate_per_s")
+            raise AccessError(
+                429,
+                "rate_limited",
+                f"token {name!r} is over its rate of {spec.rate_per_s:g} requests/s (rate_per_s)",
+                headers={"Retry-After": str(wait)},
+            )
 
     def release(self, principal: Principal) -> None:
         quota = self._quotas.get(principal.name)
         if quota is not None and quota.in_flight > 0:
             quota.in_flight -= 1
+            if quota.shared > 0 and self._seat is not None:
+                quota.shared -= 1
+                with self._seat.lock():
+                    self._seat.token_add(self._slots[principal.name], -1)
 
     def in_flight(self) -> dict[str, int]:
         """Requests in flight per token name (for the metrics)."""
@@ -208,10 +267,12 @@ def _note(request: Request, principal: Principal) -> None:
     request_context(request).token = principal.name
 
 
-async def user_principal(
-    request: Request, _credentials: Annotated[object, Security(bearer_scheme)]
-) -> AsyncIterator[Principal]:
-    """FastAPI dependency of the document routes: authenticate, admit, release at the end."""
+@contextlib.asynccontextmanager
+async def admitted(request: Request) -> AsyncIterator[Principal]:
+    """The caller of a document route (user or admin token), admitted to its quota and
+    released at the end; raises :class:`AccessError`. The hot routes use this directly rather
+    than as a FastAPI dependency, whose resolution costs more CPU than the rest of a
+    pass-through (their OpenAPI security is declared with :data:`BEARER_SECURITY`)."""
     access = _access(request)
     principal = access.authenticate(request.headers.get("authorization"), admin=False)
     _note(request, principal)
@@ -220,6 +281,18 @@ async def user_principal(
         yield principal
     finally:
         access.release(principal)
+
+
+BEARER_SECURITY: dict[str, list[dict[str, list[str]]]] = {"security": [{"HTTPBearer": []}]}
+"""``openapi_extra`` of a route that takes :func:`admitted`'s bearer token."""
+
+
+async def user_principal(
+    request: Request, _credentials: Annotated[object, Security(bearer_scheme)]
+) -> AsyncIterator[Principal]:
+    """FastAPI dependency form of :func:`admitted`."""
+    async with admitted(request) as principal:
+        yield principal
 
 
 async def admin_principal(

@@ -26,8 +26,10 @@ from fastapi import FastAPI
 
 from gateway.connections import BodyDeadlineMiddleware
 from gateway.errors import error_response, gateway_error_response, install_exception_handlers
+from gateway.hot_path import GatewayApp
 from gateway.jobs import router as jobs_router
 from gateway.middleware import RequestContextMiddleware
+from gateway.occupancy import Seat
 from gateway.routers import admin, native, ocr
 from gateway.runtime import Runtime
 from gateway.schemas import install_openapi
@@ -35,6 +37,14 @@ from gateway.settings import Settings, load_settings
 from gateway.urlguard import Resolver
 
 __all__ = ["ROUTES", "create_app", "error_response", "gateway_error_response"]
+
+HOT_ROUTES = {
+    "/ocr": ocr.ocr,
+    "/ocr-file": ocr.ocr_file,
+    "/layout-parsing": native.layout_parsing,
+    "/restructure-pages": native.restructure_pages,
+}
+"""The document routes served past FastAPI's routing (:mod:`gateway.hot_path`)."""
 
 ROUTES = frozenset(
     {
@@ -61,14 +71,16 @@ def create_app(
     *,
     watch: bool | None = None,
     resolver: Resolver | None = None,
-) -> FastAPI:
+    seat: Seat | None = None,
+) -> GatewayApp:
     """Build a gateway app. A path is loaded now (ConfigError on a bad file) and watched.
-    ``resolver`` replaces the system resolver of URL fetches (tests)."""
+    ``resolver`` replaces the system resolver of URL fetches (tests); ``seat``: this app is
+    one of several worker processes (:mod:`gateway.supervisor`)."""
     if isinstance(settings_or_path, Settings):
-        runtime = Runtime(settings_or_path, None, watch=False, resolver=resolver)
+        runtime = Runtime(settings_or_path, None, watch=False, resolver=resolver, seat=seat)
     else:
         settings = load_settings(settings_or_path)
-        runtime = Runtime(settings, settings_or_path, watch=watch, resolver=resolver)
+        runtime = Runtime(settings, settings_or_path, watch=watch, resolver=resolver, seat=seat)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -78,7 +90,7 @@ def create_app(
         finally:
             await runtime.stop()
 
-    app = FastAPI(
+    app = GatewayApp(
         title="paddleocr-fleet gateway",
         version="1",
         description=DESCRIPTION,
@@ -90,6 +102,14 @@ def create_app(
         BodyDeadlineMiddleware, timeout=lambda: runtime.settings.server.body_timeout_s
     )
     app.add_middleware(RequestContextMiddleware, runtime=runtime, routes=ROUTES)
+    for path, handler in HOT_ROUTES.items():
+        app.serve_hot(path, handler)
+    app.wrap_hot(
+        lambda inner: BodyDeadlineMiddleware(
+            inner, timeout=lambda: runtime.settings.server.body_timeout_s
+        )
+    )
+    app.wrap_hot(lambda inner: RequestContextMiddleware(inner, runtime=runtime, routes=ROUTES))
     install_exception_handlers(app)
     for module in (ocr, native, admin, jobs_router):
         app.include_router(module.router)

@@ -18,6 +18,12 @@ Usage::
         tenant="team-a",
     )
     queue.dispatch(free_upstreams, limit=4, choose=pick_one, lease=make_lease)  # on release
+
+With several worker processes (:mod:`gateway.handoff`) the pool also reads :meth:`head` (the
+waiter served next, to publish it), passes ``count`` (in-flight over all workers) and ``gate``
+(may this waiter be served, or does an older one of another worker come first) to
+:meth:`dispatch`, and ``enqueued`` (run dispatch once the waiter is visible) to :meth:`wait`;
+``on_change`` is called when waiters come or go.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from dataclasses import dataclass
 
 from gateway.metrics import GatewayMetrics
 from gateway.upstream import Lease, PoolError, Upstream
+
+# the order waiters are served in, across workers too (lower first; 0: nobody waits)
+RETRY, INTERACTIVE, BACKGROUND = 1, 2, 3
 
 
 class QueueFull(PoolError):
@@ -53,6 +62,12 @@ class _Waiter:
     retry: bool = False
     background: bool = False
 
+    @property
+    def priority(self) -> int:
+        if self.background:
+            return BACKGROUND
+        return RETRY if self.retry else INTERACTIVE
+
 
 class CentralQueue:
     """Waiting requests, fair among tenants; ``retry_after`` tells refused callers when to
@@ -73,6 +88,7 @@ class CentralQueue:
         # job slices (background): served only when no interactive request waits
         self._background: dict[str | None, deque[_Waiter]] = {}
         self._count = 0
+        self.on_change: Callable[[], None] | None = None  # waiters came or went
 
     def __len__(self) -> int:
         return self._count
@@ -90,6 +106,19 @@ class CentralQueue:
         behind them even when an upstream is free)."""
         return self._count
 
+    @property
+    def background_waiting(self) -> int:
+        return sum(len(line) for line in self._background.values())
+
+    def head(self) -> _Waiter | None:
+        """The waiter :meth:`dispatch` offers a free upstream first (exclusions aside)."""
+        for lines in ((self._retries,), self._tenants.values(), self._background.values()):
+            for line in lines:
+                for waiter in line:
+                    if not waiter.future.done():
+                        return waiter
+        return None
+
     def _lines(self, waiter: _Waiter) -> dict[str | None, deque[_Waiter]]:
         return self._background if waiter.background else self._tenants
 
@@ -103,17 +132,25 @@ class CentralQueue:
             self._tenants.setdefault(waiter.tenant, deque()).append(waiter)
         self._count += 1
 
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
     def _remove(self, waiter: _Waiter) -> None:
         lines = self._lines(waiter)
         line = self._retries if waiter.retry and not waiter.background else lines.get(waiter.tenant)
         if line is None:
             return
+        removed = False
         with contextlib.suppress(ValueError):
             line.remove(waiter)
+            removed = True
             if not waiter.background:
                 self._count -= 1
         if (waiter.background or not waiter.retry) and not line:
             del lines[waiter.tenant]
+        if removed:
+            self._changed()
 
     def _make_room(self, tenant: str | None, max_depth: int) -> bool:
         """Whether a newcomer of ``tenant`` may wait in a full queue: it may when another
@@ -128,6 +165,7 @@ class CentralQueue:
             return False
         line.remove(victim)
         self._count -= 1
+        self._changed()
         self._reject("full")
         victim.future.set_exception(
             QueueFull(
@@ -149,6 +187,8 @@ class CentralQueue:
         abandon: Callable[[Lease], None],
         tenant: str | None = None,
         background: bool = False,
+        depth: int | None = None,
+        enqueued: Callable[[], None] | None = None,
     ) -> Lease:
         """Wait up to ``timeout`` seconds for :meth:`dispatch` to lease an upstream not in
         ``exclude``.
@@ -157,23 +197,29 @@ class CentralQueue:
         ``background`` waiter (a job slice) is served only when no other request waits, fair
         among tenants, and is never refused for depth (the job runner bounds them). A lease
         handed out just as the caller was cancelled goes back through ``abandon``.
+        ``depth``: the waiters that count against ``max_depth`` (default: this queue's);
+        ``enqueued`` runs once the waiter is in the queue.
         """
+        waiting = self._count if depth is None else depth
         if (
             not background
             and not retry
-            and self._count >= max_depth
+            and waiting >= max_depth
             and not self._make_room(tenant, max_depth)
         ):
             self._reject("full")
             raise QueueFull(
-                f"central queue is full ({self._count} waiting, "
+                f"central queue is full ({waiting} waiting, "
                 f"load_balance.queue_max_depth={max_depth})",
                 self._retry_after(),
             )
         loop = asyncio.get_running_loop()
         waiter = _Waiter(loop.create_future(), exclude, self._clock(), tenant, retry, background)
         self._add(waiter)
+        self._changed()
         try:
+            if enqueued is not None:
+                enqueued()
             async with asyncio.timeout(timeout):
                 return await waiter.future
         except TimeoutError:
@@ -204,27 +250,40 @@ class CentralQueue:
         limit: float,
         choose: Callable[[list[Upstream]], Upstream],
         lease: Callable[[Upstream, float], Lease],
-    ) -> None:
-        """Hand the ``free`` upstreams (fewer than ``limit`` in flight) to waiters in order.
+        *,
+        count: Callable[[Upstream], int] | None = None,
+        gate: Callable[[_Waiter, list[Upstream]], bool] | None = None,
+    ) -> int:
+        """Hand the ``free`` upstreams (fewer than ``limit`` in flight) to waiters in order;
+        returns how many were served. ``free`` is left holding the upstreams still free.
 
         ``lease(upstream, queued_s)`` takes the lease that the waiter receives. Retries first,
         in order; then one waiter per tenant in turn, and a tenant served goes to the back.
+        ``count(upstream)``: its attempts in flight (default ``upstream.in_flight``);
+        ``gate(waiter, free)`` False stops the dispatch before that waiter.
         """
+        handed = 0
+        stopped = False
 
         def serve(line: deque[_Waiter], counted: bool = True) -> bool:
             """Lease to the first waiter of ``line`` that can use a free upstream."""
+            nonlocal handed, stopped
             for waiter in line:
                 if waiter.future.done():
                     continue
                 options = [u for u in free if u.url not in waiter.exclude]
                 if not options:
                     continue
+                if gate is not None and not gate(waiter, free):
+                    stopped = True
+                    return False
                 chosen = choose(options)
                 waiter.future.set_result(lease(chosen, self._clock() - waiter.enqueued))
                 line.remove(waiter)
+                handed += 1
                 if counted:
                     self._count -= 1
-                if chosen.in_flight >= limit:
+                if (chosen.in_flight if count is None else count(chosen)) >= limit:
                     free.remove(chosen)
                 return True
             return False
@@ -232,10 +291,10 @@ class CentralQueue:
         while free and serve(self._retries):
             pass
         for lines, counted in ((self._tenants, True), (self._background, False)):
-            while free and lines:
+            while free and lines and not stopped:
                 served = False
                 for tenant in list(lines):
-                    if not free:
+                    if not free or stopped:
                         break
                     line = lines[tenant]
                     if serve(line, counted):
@@ -245,6 +304,7 @@ class CentralQueue:
                             lines[tenant] = line  # to the back of the rotation
                 if not served:
                     break
+        return handed
 
     def _reject(self, reason: str) -> None:
         if self.metrics is not None:

@@ -25,7 +25,14 @@ from pathlib import Path
 
 import httpx
 
-from gateway.inputs import Document, DocumentInspector, InputError, make_document, sniff_type
+from gateway.inputs import (
+    Document,
+    DocumentInspector,
+    InputError,
+    make_document,
+    plain_base64_image,
+    sniff_type,
+)
 from gateway.settings import InputSettings
 from gateway.urlguard import UrlGuard, UrlRefused
 
@@ -234,6 +241,17 @@ async def resolve_input(
     value = sources[name]
     if not isinstance(value, str):
         raise InputError(400, "invalid_request", f"{name}: must be a string")
+    if name == "base64" and not value.startswith("data:"):
+        fast = plain_base64_image(value, settings)
+        if fast is not None:
+            if len(value) // 4 * 3 > settings.max_request_bytes:
+                raise InputError(
+                    413,
+                    "too_large",
+                    f"document is about {len(value) // 4 * 3} bytes, "
+                    f"limit {settings.max_request_bytes}",
+                )
+            return fast
     if name == "base64":
         data = decode_data_url(value) if value.startswith("data:") else decode_base64(value)
     elif name == "data_url":

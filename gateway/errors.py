@@ -152,18 +152,33 @@ def _envelopes(request: Request) -> dict[str, bool]:
     }
 
 
+def error_for(request: Request, exc: Exception) -> JSONResponse:
+    """The answer to ``exc`` raised while serving ``request``: a :class:`GatewayError` or
+    :class:`InputError` as it says, anything else a logged 500."""
+    rid = request_context(request).request_id
+    if isinstance(exc, GatewayError):
+        return gateway_error_response(exc, rid, **_envelopes(request))
+    if isinstance(exc, InputError):
+        return error_response(exc.status, exc.code, exc.message, rid, **_envelopes(request))
+    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(
+        500,
+        "internal_error",
+        f"the gateway failed unexpectedly ({type(exc).__name__}); see its log, request id {rid}",
+        rid,
+        **_envelopes(request),
+    )
+
+
 def install_exception_handlers(app: FastAPI) -> None:
     """Answer every error raised past the routes with the JSON error body."""
 
-    @app.exception_handler(GatewayError)
-    async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
-        rid = request_context(request).request_id
-        return gateway_error_response(exc, rid, **_envelopes(request))
+    async def _known(request: Request, exc: Exception) -> JSONResponse:
+        return error_for(request, exc)
 
-    @app.exception_handler(InputError)
-    async def _input_error(request: Request, exc: InputError) -> JSONResponse:
-        rid = request_context(request).request_id
-        return error_response(exc.status, exc.code, exc.message, rid, **_envelopes(request))
+    app.add_exception_handler(GatewayError, _known)
+    app.add_exception_handler(InputError, _known)
+    app.add_exception_handler(Exception, _known)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -183,18 +198,5 @@ def install_exception_handlers(app: FastAPI) -> None:
             f"{request.method} {request.url.path}: {exc.detail}",
             rid,
             headers=dict(exc.headers or {}),
-            **_envelopes(request),
-        )
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
-        rid = request_context(request).request_id
-        return error_response(
-            500,
-            "internal_error",
-            f"the gateway failed unexpectedly ({type(exc).__name__}); see its log, "
-            f"request id {rid}",
-            rid,
             **_envelopes(request),
         )

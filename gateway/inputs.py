@@ -18,10 +18,10 @@ Usage::
 from __future__ import annotations
 
 import base64
+import binascii
 import io
 import logging
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 from gateway.settings import InputSettings
@@ -45,14 +45,34 @@ class InputError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
 class Document:
-    """A validated document ready to send to PaddleX."""
+    """A validated document ready to send to PaddleX: its bytes, or the caller's plain base64
+    of them (:func:`inspect_base64`), each derived from the other only when asked for."""
 
-    data: bytes
-    kind: str  # "pdf" or "image"
-    mime: str
-    pages: int | None  # real page count (PDF via pypdf), 1 for an image
+    __slots__ = ("_data", "_encoded", "kind", "mime", "pages")
+
+    def __init__(
+        self,
+        data: bytes | None = None,
+        kind: str = "image",
+        mime: str = "",
+        pages: int | None = None,
+        encoded: str | None = None,
+    ) -> None:
+        if data is None and encoded is None:
+            raise ValueError("a Document needs its data or its base64")
+        self._data = data
+        self._encoded = encoded
+        self.kind = kind  # "pdf" or "image"
+        self.mime = mime
+        self.pages = pages  # real page count (PDF via pypdf), 1 for an image
+
+    @property
+    def data(self) -> bytes:
+        if self._data is None:
+            assert self._encoded is not None
+            self._data = binascii.a2b_base64(self._encoded)
+        return self._data
 
     @property
     def file_type(self) -> int:
@@ -61,7 +81,59 @@ class Document:
 
     def b64(self) -> str:
         """Raw standard base64 (no ``data:`` prefix), as PaddleX expects."""
-        return base64.b64encode(self.data).decode("ascii")
+        if self._encoded is None:
+            self._encoded = base64.b64encode(self.data).decode("ascii")
+        return self._encoded
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Document):
+            return NotImplemented
+        return (self.data, self.kind, self.mime, self.pages) == (
+            other.data,
+            other.kind,
+            other.mime,
+            other.pages,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        size = (
+            len(self._data) if self._data is not None else f"~{len(self._encoded or '') * 3 // 4}"
+        )
+        return f"Document(kind={self.kind!r}, mime={self.mime!r}, pages={self.pages}, bytes={size})"
+
+
+_B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+HEAD_B64_CHARS = (4096, 65536)  # decoded heads tried in turn for the type and dimensions
+
+
+def plain_base64_image(value: str, limits: InputSettings) -> Document | None:
+    """The image whose plain, canonical base64 ``value`` is, checked without decoding it
+    whole: the alphabet and padding over the whole text (at C speed), the type and dimensions
+    from a decoded head. None when it is anything else (a PDF, a TIFF, whitespace, URL-safe or
+    damaged base64, a header past the head): the caller then decodes it whole."""
+    if not value.isascii() or len(value) % 4 or len(value) <= 4:
+        return None
+    raw = value.encode("ascii")
+    padding = 2 if raw.endswith(b"==") else 1 if raw.endswith(b"=") else 0
+    if raw.translate(None, _B64_ALPHABET) or raw.find(b"=", 0, len(raw) - padding) >= 0:
+        return None
+    for chars in HEAD_B64_CHARS:
+        head = binascii.a2b_base64(raw[:chars])
+        sniffed = sniff_type(head)
+        if sniffed is None or sniffed[0] != "image" or sniffed[1] == "image/tiff":
+            return None
+        try:
+            check_image(head, sniffed[1], limits)
+        except InputError as exc:
+            if exc.status == 413:
+                raise
+            if chars >= len(raw):
+                return None
+            continue  # the header lies further in (or is damaged)
+        return Document(kind="image", mime=sniffed[1], pages=1, encoded=value)
+    return None
 
 
 def sniff_type(data: bytes) -> tuple[str, str] | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -45,6 +45,22 @@ class RequestContextMiddleware:
         self.app = app
         self.runtime = runtime
         self.routes = frozenset(routes)
+        # the labelled series, looked up once (prometheus_client's labels() takes a lock)
+        self._counted: dict[tuple[str, int, str], Any] = {}
+        self._timed: dict[str, Any] = {}
+
+    def _count(self, route: str, status: int, token: str, elapsed: float) -> None:
+        key = (route, status, token)
+        counter = self._counted.get(key)
+        if counter is None:
+            metrics = self.runtime.metrics
+            counter = metrics.requests_total.labels(route=route, code=str(status), token=token)
+            self._counted[key] = counter
+        counter.inc()
+        timer = self._timed.get(route)
+        if timer is None:
+            timer = self._timed[route] = self.runtime.metrics.request_duration.labels(route=route)
+        timer.observe(elapsed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -70,9 +86,7 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send_wrapper)
         finally:
             elapsed = time.perf_counter() - context.started
-            metrics = self.runtime.metrics
-            metrics.requests_total.labels(route=route, code=str(status), token=context.token).inc()
-            metrics.request_duration.labels(route=route).observe(elapsed)
+            self._count(route, status, context.token, elapsed)
             if access_log.isEnabledFor(logging.INFO):
                 client = scope.get("client")
                 peer = f"{client[0]}:{client[1]}" if client else "-"

@@ -9,6 +9,11 @@ recent service time wins (a median of its last successful attempts, in classes a
 wide), then the topology tie-break. All methods run on the event loop thread; the synchronous
 ones are atomic with respect to other coroutines.
 
+With a ``seat`` (one of several worker processes, :mod:`gateway.occupancy`) the in-flight counts
+that the concurrency limit and the load keys read are those of all workers, and a free upstream
+goes to the oldest waiter of any worker (:mod:`gateway.handoff`); health, ejection, service
+times and the retry budget stay this worker's own. Without one nothing is shared.
+
 Usage::
 
     pool = UpstreamPool(settings, metrics)
@@ -21,20 +26,29 @@ Usage::
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import random
 import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Collection
+from operator import attrgetter
 from typing import Any
 
-from gateway.central_queue import CentralQueue
+from gateway.central_queue import BACKGROUND, INTERACTIVE, RETRY, CentralQueue
+from gateway.handoff import Handoff
 from gateway.metrics import GatewayMetrics
+from gateway.occupancy import Seat, SlotsExhausted
 from gateway.outlier import PoolHealth
 from gateway.policies import Policy, make_policy
 from gateway.settings import Settings
 from gateway.upstream import FAILURE_OUTCOMES, GOOD_OUTCOMES, OUTCOMES, Lease, PoolError, Upstream
+
+log = logging.getLogger("gateway.pool")
+
+_OPTIMISTIC_TRIES = 3  # choices made outside the board's lock before a request queues
 
 
 class NoUpstreamAvailable(PoolError):
@@ -55,6 +69,7 @@ class UpstreamPool(PoolHealth):
         *,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        seat: Seat | None = None,
     ) -> None:
         self._rng = rng or random.Random()
         self._clock = clock
@@ -62,6 +77,12 @@ class UpstreamPool(PoolHealth):
         self.upstreams: list[Upstream] = []
         self._by_url: dict[str, Upstream] = {}
         self.queue = CentralQueue(metrics, clock=clock, retry_after=self.retry_after)
+        self.handoff = None if seat is None else Handoff(seat, clock, self.kick)
+        # attempts in flight at an upstream: this process's, or all workers'
+        self._count: Callable[[Upstream], int] = attrgetter("in_flight")
+        if self.handoff is not None:
+            self._count = self.handoff.count
+            self.queue.on_change = self._publish
         self.active_requests = 0
         self.retries_in_flight = 0
         self.settings = settings
@@ -80,6 +101,8 @@ class UpstreamPool(PoolHealth):
             current = self._by_url.get(spec.url)
             if current is None:
                 current = Upstream(spec=spec)
+                if self.handoff is not None and not self._claim_slot(current):
+                    continue
             else:
                 current.spec = spec
             upstreams.append(current)
@@ -90,6 +113,16 @@ class UpstreamPool(PoolHealth):
         self._by_url = {u.url: u for u in upstreams}
         self._dispatch()
 
+    def _claim_slot(self, upstream: Upstream) -> bool:
+        """Give a new upstream its shared-table slot; False (logged) when the table is full."""
+        assert self.handoff is not None
+        try:
+            upstream.slot = self.handoff.seat.upstream_slot(upstream.url)
+        except SlotsExhausted as exc:
+            log.error("upstream %s left out: %s", upstream.url, exc)
+            return False
+        return True
+
     def get(self, url: str) -> Upstream | None:
         return self._by_url.get(url)
 
@@ -99,6 +132,9 @@ class UpstreamPool(PoolHealth):
 
     @property
     def queue_depth(self) -> int:
+        """Requests waiting in the central queue (of every worker, with a seat)."""
+        if self.handoff is not None:
+            return self.handoff.seat.waiting()
         return len(self.queue)
 
     # ----------------------------------------------------------------- eligibility
@@ -119,23 +155,25 @@ class UpstreamPool(PoolHealth):
         """The sort key among candidates: in-flight count, then (``queue`` mode) the speed
         class, then (topology-aware) the in-flight totals of the vLLM, card and host."""
         speed = self._speed_class() if self.policy.uses_queue else None
+        count = self._count
         if not self.settings.load_balance.topology_aware:
             if speed is None:
-                return lambda u: (u.in_flight,)
-            return lambda u: (u.in_flight, speed(u))
+                return lambda u: (count(u),)
+            return lambda u: (count(u), speed(u))
         vllm: Counter[Any] = Counter()
         card: Counter[Any] = Counter()
         host: Counter[Any] = Counter()
         for u in self.upstreams:
-            if u.in_flight:
-                vllm[u.spec.vllm] += u.in_flight
-                card[(u.spec.host, u.spec.card)] += u.in_flight
-                host[u.spec.host] += u.in_flight
+            n = count(u)
+            if n:
+                vllm[u.spec.vllm] += n
+                card[(u.spec.host, u.spec.card)] += n
+                host[u.spec.host] += n
 
         def key(u: Upstream) -> tuple[float, ...]:
             s = u.spec
             return (
-                u.in_flight,
+                count(u),
                 speed(u) if speed is not None else 0,
                 vllm[s.vllm] if s.vllm is not None else 0,
                 card[(s.host, s.card)] if s.card is not None else 0,
@@ -178,6 +216,8 @@ class UpstreamPool(PoolHealth):
     # ----------------------------------------------------------------- leases
     def _lease(self, upstream: Upstream, queued_s: float = 0.0, limited: bool = True) -> Lease:
         upstream.in_flight += 1
+        if self.handoff is not None:
+            self.handoff.seat.add(upstream.slot, 1)
         lease = Lease(upstream=upstream, started=self._clock(), queued_s=queued_s, limited=limited)
         upstream.leases.add(lease)
         return lease
@@ -215,9 +255,14 @@ class UpstreamPool(PoolHealth):
         limit = self._limit()
         if bypass_limit or limit == math.inf:
             return self._lease(self._choose(candidates), limited=not bypass_limit)
-        free = [u for u in candidates if u.in_flight < limit]
-        if free and not (background and self.queue.interactive_waiting):
-            return self._lease(self._choose(free))
+        if self.handoff is None:
+            free = [u for u in candidates if u.in_flight < limit]
+            if free and not (background and self.queue.interactive_waiting):
+                return self._lease(self._choose(free))
+        else:
+            lease = self._lease_shared(candidates, limit, retry, background)
+            if lease is not None:
+                return lease
         return await self.queue.wait(
             excluded,
             timeout,
@@ -226,16 +271,87 @@ class UpstreamPool(PoolHealth):
             abandon=lambda lease: self.release(lease, "cancelled", 0.0),
             tenant=tenant,
             background=background,
+            depth=None if self.handoff is None else self.queue_depth,
+            enqueued=None if self.handoff is None else self._dispatch,
         )
 
-    def _dispatch(self) -> None:
-        """Hand free upstreams to the queued requests."""
+    def _lease_shared(
+        self, candidates: list[Upstream], limit: float, retry: bool, background: bool
+    ) -> Lease | None:
+        """A lease at once, unless every upstream is taken over all workers or an older
+        waiter of another worker comes first (None: wait in the queue).
+
+        The choice is made without the lock (it reads every upstream's load, ~0.1 ms); the
+        lock is held only to check that the chosen upstream is still free and count the lease,
+        so the workers do not queue behind each other's choices. Another worker taking it in
+        between means choosing again (at most ``_OPTIMISTIC_TRIES`` times, then the request
+        joins the queue, whose dispatch runs at once under the lock).
+        """
+        handoff = self.handoff
+        assert handoff is not None
+        priority = BACKGROUND if background else RETRY if retry else INTERACTIVE
+        for _ in range(_OPTIMISTIC_TRIES):
+            free = [u for u in candidates if self._count(u) < limit]
+            if not free or (background and self.queue.interactive_waiting):
+                return None
+            if not handoff.gate(priority, self._clock(), free):
+                return None
+            chosen = self._choose(free)
+            with handoff.seat.lock():
+                if self._count(chosen) < limit:
+                    return self._lease(chosen)
+        return None
+
+    def _dispatch(self, released: Upstream | None = None) -> None:
+        """Hand free upstreams to the queued requests (``released``: one was just given back,
+        with a seat the other workers hear of it)."""
+        if self.handoff is not None:
+            self._dispatch_shared(released)
+            return
         if not self.queue:
             return
         limit = self._limit()
         eligible, _ = self.eligible()
         free = [u for u in eligible if u.in_flight < limit]
         self.queue.dispatch(free, limit, self._choose, self._lease)
+
+    def _dispatch_shared(self, released: Upstream | None) -> None:
+        assert self.handoff is not None
+        limit = self._limit()
+        if not self.queue:
+            if released is not None and self._count(released) < limit:
+                # no lock needed: the release was counted under it, and a worker that
+                # published its waiter before that is seen here, one that did after saw it
+                self.handoff.wake_others([released])
+            return
+        with self.handoff.seat.lock():
+            eligible, _ = self.eligible()
+            free = [u for u in eligible if self._count(u) < limit]
+            served = 0
+            if free:
+                gate = self.handoff.gate
+                served = self.queue.dispatch(
+                    free,
+                    limit,
+                    self._choose,
+                    self._lease,
+                    count=self._count,
+                    gate=lambda w, options: gate(w.priority, w.enqueued, options),
+                )
+            self._publish()
+            if released is not None or served:
+                self.handoff.wake_others(free)
+
+    def _publish(self) -> None:
+        """Tell the other workers which waiter this one serves next (see gateway.handoff)."""
+        assert self.handoff is not None
+        waiter = self.queue.head()
+        waiting, background = len(self.queue), self.queue.background_waiting
+        if waiter is None:
+            self.handoff.publish(0, 0.0, (), waiting, background)
+            return
+        excluded = [u.slot for url in waiter.exclude if (u := self._by_url.get(url)) is not None]
+        self.handoff.publish(waiter.priority, waiter.enqueued, excluded, waiting, background)
 
     def kick(self) -> None:
         """Re-run dispatch (ejections expire by time, so the maintenance loop calls this)."""
@@ -252,6 +368,8 @@ class UpstreamPool(PoolHealth):
         u = lease.upstream
         u.leases.discard(lease)
         u.in_flight = max(0, u.in_flight - 1)
+        if self.handoff is not None:
+            self.handoff.seat.add(u.slot, -1)
         u.outcomes[outcome] += 1
         now = self._clock()
         if outcome in GOOD_OUTCOMES:
@@ -279,7 +397,7 @@ class UpstreamPool(PoolHealth):
             self.metrics.upstream_rq_total.labels(upstream=u.url, outcome=outcome).inc()
             if outcome != "cancelled":
                 self.metrics.upstream_rq_duration.labels(upstream=u.url).observe(latency_s)
-        self._dispatch()
+        self._dispatch(released=u)
 
     # ----------------------------------------------------------------- retry budget
     def begin_request(self) -> None:
@@ -312,7 +430,7 @@ class UpstreamPool(PoolHealth):
         samples = [u.ewma_s for u in self.upstreams if u.ewma_s is not None]
         service = sum(samples) / len(samples) if samples else 1.0
         capacity = max(1, len(self.upstreams) * self.settings.load_balance.upstream_concurrency)
-        return int(min(60, max(1, math.ceil((len(self.queue) + 1) / capacity * service))))
+        return int(min(60, max(1, math.ceil((self.queue_depth + 1) / capacity * service))))
 
     def gauge_snapshot(self) -> dict[str, Any]:
         now = self._clock()
@@ -324,7 +442,12 @@ class UpstreamPool(PoolHealth):
         }
 
     def snapshot(self) -> dict[str, Any]:
-        """The ``/upstreams`` document."""
+        """The ``/upstreams`` document.
+
+        With a seat: ``in_flight`` and ``queue_depth`` count every worker, ``in_flight_worker``
+        this one's, and ``workers`` says which worker answered; the rest (state, counters,
+        latencies) is this worker's own view.
+        """
         now = self._clock()
         _, panic = self.eligible(now)
         items = []
@@ -338,7 +461,7 @@ class UpstreamPool(PoolHealth):
                     "vllm": s.vllm,
                     "container": s.container,
                     "state": u.state(now),
-                    "in_flight": u.in_flight,
+                    "in_flight": self._count(u),
                     "requests": {name: u.outcomes.get(name, 0) for name in OUTCOMES},
                     "ejections": u.ejections,
                     "ejected_for_s": round(u.ejected_until - now, 1) if u.is_ejected(now) else None,
@@ -348,11 +471,22 @@ class UpstreamPool(PoolHealth):
                     "service_ms": None if u.service_s is None else round(u.service_s * 1000, 1),
                 }
             )
-        return {
+            if self.handoff is not None:
+                items[-1]["in_flight_worker"] = u.in_flight
+        doc: dict[str, Any] = {
             "mode": self.mode,
-            "queue_depth": len(self.queue),
+            "queue_depth": self.queue_depth,
             "panic": panic,
             "active_requests": self.active_requests,
             "retries_in_flight": self.retries_in_flight,
             "upstreams": items,
         }
+        if self.handoff is not None:
+            seat = self.handoff.seat
+            doc["workers"] = {
+                "count": seat.workers,
+                "this": seat.index,
+                "pid": os.getpid(),
+                "queue_depth": seat.waiting_per_worker(),
+            }
+        return doc

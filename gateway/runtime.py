@@ -1,15 +1,20 @@
 """Everything one gateway instance owns: settings, pool, HTTP clients, probes, watcher, the
 token registry, the URL guard and the PDF workers.
 
-The upstream client is one ``httpx.AsyncClient`` with one connection pool per upstream origin
-(:func:`make_client`); the auxiliary client serves health probes; URL fetches for callers use
-their own guarded client (:func:`gateway.urlguard.guarded_client`), which reaches no internal
-address that ``input.url_allow`` does not open.
+The upstream client is one :class:`gateway.upstream_http.UpstreamClient` with one keep-alive
+pool per upstream origin (:func:`make_client`); the auxiliary client (httpx) serves health
+probes; URL fetches for callers use their own guarded client
+(:func:`gateway.urlguard.guarded_client`), which reaches no internal address that
+``input.url_allow`` does not open.
 
 ``Runtime.apply`` is the atomic swap used by hot reload: it runs synchronously on the event
 loop, so requests see either the old or the new settings, never a mix. Requests take a
 reference to ``runtime.settings`` and ``runtime.client`` when they start and finish on those;
 upstream state (in-flight counts, ejections, health) is kept for URLs present before and after.
+
+A ``seat`` makes this runtime one of several worker processes (:mod:`gateway.supervisor`): the
+pool's occupancy and the token quotas count every worker (:mod:`gateway.occupancy`), and
+``/metrics`` gathers every worker's series (:mod:`gateway.worker_metrics`).
 
 Usage::
 
@@ -24,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
@@ -35,11 +39,14 @@ from gateway.inputs import DocumentInspector
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.store import JobStore
 from gateway.metrics import GatewayMetrics
+from gateway.occupancy import Seat
 from gateway.pool import UpstreamPool
 from gateway.proxy import Proxy
 from gateway.reload import ConfigWatcher
 from gateway.settings import HttpSettings, Settings
+from gateway.upstream_http import UpstreamClient
 from gateway.urlguard import Resolver, UrlGuard, guarded_client
+from gateway.worker_metrics import WorkerMetrics
 
 log = logging.getLogger("gateway.runtime")
 
@@ -55,32 +62,17 @@ def upstream_origins(settings: Settings) -> tuple[str, ...]:
     return tuple(dict.fromkeys(upstream_origin(spec.url) for spec in settings.upstreams))
 
 
-def make_client(http: HttpSettings, origins: Iterable[str] = ()) -> httpx.AsyncClient:
-    """The one shared upstream client, with one connection pool per upstream origin.
-
-    httpcore's pool re-examines every connection and queued request it holds whenever a request
-    starts or ends, so one pool over the whole fleet costs CPU in proportion to the fleet
-    (``python -m bench.httpx_pool``). Each origin therefore gets its own transport (httpx
-    ``mounts``) with the configured limits; ``http.pool_max_connections`` and
-    ``http.pool_max_keepalive_connections`` apply per upstream. Other URLs (an upstream added
-    by a reload while an older request still holds this client) use a default transport with
-    the same limits.
-    """
-
-    def transport() -> httpx.AsyncHTTPTransport:
-        return httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
-
-    limits = httpx.Limits(
+def make_client(http: HttpSettings) -> UpstreamClient:
+    """The one shared upstream client: a keep-alive pool per upstream origin
+    (:mod:`gateway.upstream_http`), each at most ``http.pool_max_connections`` open and
+    ``http.pool_max_keepalive_connections`` idle, idle ones closed after
+    ``http.pool_keepalive_s``."""
+    return UpstreamClient(
         max_connections=http.pool_max_connections,
-        max_keepalive_connections=min(
-            http.pool_max_keepalive_connections, http.pool_max_connections
-        ),
-    )
-    return httpx.AsyncClient(
-        transport=transport(),
-        mounts={origin: transport() for origin in origins},
-        timeout=httpx.Timeout(http.timeout_s, connect=http.connect_timeout_s),
-        trust_env=False,
+        max_idle=http.pool_max_keepalive_connections,
+        keepalive_s=http.pool_keepalive_s,
+        connect_timeout_s=http.connect_timeout_s,
+        timeout_s=http.timeout_s,
     )
 
 
@@ -93,16 +85,18 @@ class Runtime:
         config_path: str | Path | None = None,
         watch: bool | None = None,
         resolver: Resolver | None = None,
+        seat: Seat | None = None,
     ) -> None:
         self.settings = settings
         self.config_path = Path(config_path) if config_path else None
-        self.metrics = GatewayMetrics()
-        self.pool = UpstreamPool(settings, self.metrics)
-        self.access = Access(settings.auth, self.metrics)
+        self.seat = seat
+        self.metrics = GatewayMetrics() if seat is None else WorkerMetrics(seat)
+        self.pool = UpstreamPool(settings, self.metrics, seat=seat)
+        self.access = Access(settings.auth, self.metrics, seat=seat)
         # resolver: how url fetches resolve host names (tests pass one without network I/O)
         self.url_guard = UrlGuard(settings.input.url_allow, resolver)
         self.inspector = DocumentInspector(settings.input.pdf_workers)
-        self.client: httpx.AsyncClient | None = None
+        self.client: UpstreamClient | None = None
         self.aux_client: httpx.AsyncClient | None = None  # health probes
         self._fetch_client: httpx.AsyncClient | None = None  # callers' url fetches, guarded
         self.proxy = Proxy(self.pool, self._client)
@@ -119,7 +113,7 @@ class Runtime:
         # the job store and runner (jobs.dir; read at start-up, a reload does not move it)
         self.jobs: tuple[JobStore, JobRunner] | None = None
 
-    def _client(self) -> httpx.AsyncClient:
+    def _client(self) -> UpstreamClient:
         if self.client is None:
             raise RuntimeError("gateway runtime is not started")
         return self.client
@@ -136,12 +130,14 @@ class Runtime:
         return self._fetch_client
 
     async def start(self) -> None:
-        self.client = make_client(self.settings.http, upstream_origins(self.settings))
+        self.client = make_client(self.settings.http)
         self.aux_client = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
             trust_env=False,
         )
         self._fetch_client = guarded_client(lambda: self.url_guard)
+        if self.seat is not None:
+            self.seat.listen(asyncio.get_running_loop(), self._on_wake)
         self.health.start()
         if self.settings.jobs.dir is not None:
             store = JobStore(Path(self.settings.jobs.dir))
@@ -158,7 +154,15 @@ class Runtime:
         )
         self._warn_access(None, self.settings)
 
+    def _on_wake(self) -> None:
+        """Another worker freed an upstream, or wants this worker's metrics."""
+        self.pool.kick()
+        if isinstance(self.metrics, WorkerMetrics):
+            self.metrics.answer(self.pool, self.access.in_flight())
+
     async def stop(self) -> None:
+        if self.seat is not None:
+            self.seat.unlisten()
         if self.watcher is not None:
             await self.watcher.stop()
         await self.health.stop()
@@ -210,7 +214,7 @@ class Runtime:
             or set(origins) != set(upstream_origins(old))
         ):
             retired = self.client
-            self.client = make_client(new.http, origins)
+            self.client = make_client(new.http)
             grace = old.http.request_deadline_s + 5
             task = asyncio.get_running_loop().create_task(self._close_later(retired, grace))
             self._retired.add(task)
@@ -222,7 +226,7 @@ class Runtime:
         self._warn_access(old, new)
 
     @staticmethod
-    async def _close_later(client: httpx.AsyncClient, delay: float) -> None:
+    async def _close_later(client: UpstreamClient, delay: float) -> None:
         try:
             await asyncio.sleep(delay)
         finally:

@@ -75,6 +75,7 @@ class Upstream:
     service_s: float | None = None  # median of ``service_samples``; None until one success
     service_at: float = 0.0  # clock of the last service sample
     leases: set[Lease] = field(default_factory=set)  # attempts in flight here
+    slot: int = -1  # its column in the workers' shared occupancy table (gateway.occupancy)
 
     @property
     def url(self) -> str:

@@ -122,15 +122,20 @@ def _job(row: sqlite3.Row) -> Job:
     )
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file, fsynced, then renamed."""
+def write_temporary(path: Path, data: bytes) -> Path:
+    """``data`` in a fsynced temporary file beside ``path``, to be renamed onto it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     with open(tmp, "wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    return tmp
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file, fsynced, then renamed."""
+    os.replace(write_temporary(path, data), path)
 
 
 class JobStore:
@@ -385,20 +390,27 @@ class JobStore:
         return {(row[0], row[1]) for row in slices}, {row[0] for row in jobs}
 
     def finish_slice(self, claim: SliceClaim, pages: list[dict[str, Any]], owner: str) -> bool:
-        """Store a slice's page results, then mark it done; False when it was not ours."""
+        """Store a slice's page results and mark it done, both only while the slice is still
+        ours (a runner whose lease was taken over must not overwrite the new owner's file);
+        False when it was not ours."""
         data = json.dumps(pages, ensure_ascii=False).encode()
-        write_atomic(self.pages_path(claim.job.id, claim.first), data)
-        with self._tx() as db:
-            cur = db.execute(
-                "UPDATE slices SET state='done', owner=NULL WHERE job_id=? AND first=? AND"
-                " owner=? AND state='running'",
-                (claim.job.id, claim.first, owner),
-            )
-            if cur.rowcount:
-                db.execute(
-                    "UPDATE jobs SET extracted = extracted + ?, bytes = bytes + ? WHERE id=?",
-                    (claim.count, len(data), claim.job.id),
+        path = self.pages_path(claim.job.id, claim.first)
+        tmp = write_temporary(path, data)
+        try:
+            with self._tx() as db:
+                cur = db.execute(
+                    "UPDATE slices SET state='done', owner=NULL WHERE job_id=? AND first=? AND"
+                    " owner=? AND state='running'",
+                    (claim.job.id, claim.first, owner),
                 )
+                if cur.rowcount:
+                    os.replace(tmp, path)
+                    db.execute(
+                        "UPDATE jobs SET extracted = extracted + ?, bytes = bytes + ? WHERE id=?",
+                        (claim.count, len(data), claim.job.id),
+                    )
+        finally:
+            tmp.unlink(missing_ok=True)
         return cur.rowcount > 0
 
     def retry_slice(

@@ -12,7 +12,6 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from gateway.access import Principal, user_principal
 from gateway.inputs import InputError
 from gateway.runtime import Runtime
 
@@ -23,10 +22,13 @@ async def get_runtime(request: Request) -> Runtime:
     return request.app.state.runtime
 
 
+def runtime_of(request: Request) -> Runtime:
+    """The app's :class:`Runtime`, for routes that take no FastAPI dependencies."""
+    return request.app.state.runtime
+
+
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 """A route parameter that receives the app's runtime."""
-UserDep = Annotated[Principal, Depends(user_principal)]
-"""A route parameter that receives the caller (user or admin token), admitted to its quota."""
 
 
 async def read_body(request: Request, cap: int) -> bytes:

@@ -20,12 +20,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from gateway.access import Principal
+from gateway import jsonfast
+from gateway.access import BEARER_SECURITY, Principal, admitted
 from gateway.attempts import GatewayError, UpstreamClientError
 from gateway.documents import decode_base64, fetch_url
 from gateway.errors import error_body, error_response, gateway_error_response, request_context
-from gateway.inputs import InputError
-from gateway.routers.common import RuntimeDep, UserDep, read_body
+from gateway.inputs import InputError, plain_base64_image
+from gateway.routers.common import read_body, runtime_of
 from gateway.runtime import Runtime
 from gateway.schemas import (
     LayoutParsingRequest,
@@ -62,8 +63,8 @@ def restructure_body(body: bytes) -> bytes:
 async def checked_layout_body(runtime: Runtime, settings: Settings, body: bytes) -> bytes:
     """Check the document of a ``/layout-parsing`` body; the body to forward."""
     try:
-        payload: Any = json.loads(body)
-    except (ValueError, RecursionError):
+        payload: Any = jsonfast.loads(body)
+    except ValueError:
         return body  # PaddleX answers its own 422
     if not isinstance(payload, dict) or not isinstance(payload.get("file"), str):
         return body
@@ -74,8 +75,9 @@ async def checked_layout_body(runtime: Runtime, settings: Settings, body: bytes)
         payload["file"] = doc.b64()
         if payload.get("fileType") is None:
             payload["fileType"] = doc.file_type
-        return json.dumps(payload).encode()
-    await runtime.inspector.inspect(decode_base64(file, "file"), settings.input)
+        return jsonfast.dumps(payload)
+    if plain_base64_image(file, settings.input) is None:  # else checked without decoding
+        await runtime.inspector.inspect(decode_base64(file, "file"), settings.input)
     return body
 
 
@@ -136,14 +138,12 @@ async def _passthrough(
     summary="PaddleX /layout-parsing, balanced over the upstreams",
     response_model=PaddlexEnvelope,
     responses=_ERRORS,
-    openapi_extra=request_body(LayoutParsingRequest),
+    openapi_extra=BEARER_SECURITY | request_body(LayoutParsingRequest),
 )
-async def layout_parsing(
-    request: Request,
-    principal: UserDep,
-    runtime: RuntimeDep,
-) -> Response:
-    return await _passthrough(request, runtime, principal, "/layout-parsing")
+async def layout_parsing(request: Request) -> Response:
+    runtime = runtime_of(request)
+    async with admitted(request) as principal:
+        return await _passthrough(request, runtime, principal, "/layout-parsing")
 
 
 @router.post(
@@ -151,11 +151,9 @@ async def layout_parsing(
     summary="PaddleX /restructure-pages, balanced over the upstreams",
     response_model=PaddlexEnvelope,
     responses=_ERRORS,
-    openapi_extra=request_body(RestructurePagesRequest),
+    openapi_extra=BEARER_SECURITY | request_body(RestructurePagesRequest),
 )
-async def restructure_pages(
-    request: Request,
-    principal: UserDep,
-    runtime: RuntimeDep,
-) -> Response:
-    return await _passthrough(request, runtime, principal, "/restructure-pages")
+async def restructure_pages(request: Request) -> Response:
+    runtime = runtime_of(request)
+    async with admitted(request) as principal:
+        return await _passthrough(request, runtime, principal, "/restructure-pages")

@@ -13,7 +13,6 @@ Usage::
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,14 +22,15 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
-from gateway.access import Principal
+from gateway import jsonfast
+from gateway.access import BEARER_SECURITY, Principal, admitted
 from gateway.attempts import GatewayError, UpstreamClientError
 from gateway.documents import SOURCE_FIELDS, resolve_input
 from gateway.errors import error_response, gateway_error_response, request_context
 from gateway.fanout import ocr_pdf_fanned_out, should_fan_out
 from gateway.inputs import Document, InputError
 from gateway.postprocess import postprocess
-from gateway.routers.common import RuntimeDep, UserDep, read_body
+from gateway.routers.common import read_body, runtime_of
 from gateway.runtime import Runtime
 from gateway.schemas import OcrRequest, OcrResponse, error_responses, request_body
 from gateway.settings import Settings
@@ -117,8 +117,8 @@ async def _ocr_route(
 def parse_json_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object, or InputError 400."""
     try:
-        payload = json.loads(body)
-    except (ValueError, RecursionError) as exc:
+        payload = jsonfast.loads(body)
+    except ValueError as exc:
         raise InputError(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise InputError(400, "invalid_request", "request body must be a JSON object")
@@ -167,14 +167,12 @@ async def _uploaded_document(
     summary="OCR one document given as base64, a data URL, a URL or a local path",
     response_model=OcrResponse,
     responses=_ERRORS,
-    openapi_extra=request_body(OcrRequest),
+    openapi_extra=BEARER_SECURITY | request_body(OcrRequest),
 )
-async def ocr(
-    request: Request,
-    principal: UserDep,
-    runtime: RuntimeDep,
-) -> Response:
-    return await _ocr_route(request, runtime, principal, _json_document)
+async def ocr(request: Request) -> Response:
+    runtime = runtime_of(request)
+    async with admitted(request) as principal:
+        return await _ocr_route(request, runtime, principal, _json_document)
 
 
 @router.post(
@@ -182,7 +180,8 @@ async def ocr(
     summary="OCR one uploaded document (multipart field 'file')",
     response_model=OcrResponse,
     responses=_ERRORS,
-    openapi_extra=request_body(
+    openapi_extra=BEARER_SECURITY
+    | request_body(
         media_type="multipart/form-data",
         schema={
             "type": "object",
@@ -191,9 +190,7 @@ async def ocr(
         },
     ),
 )
-async def ocr_file(
-    request: Request,
-    principal: UserDep,
-    runtime: RuntimeDep,
-) -> Response:
-    return await _ocr_route(request, runtime, principal, _uploaded_document)
+async def ocr_file(request: Request) -> Response:
+    runtime = runtime_of(request)
+    async with admitted(request) as principal:
+        return await _ocr_route(request, runtime, principal, _uploaded_document)

@@ -4,6 +4,7 @@ slice planning, signed URLs and the store's leases (no HTTP)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -134,6 +135,10 @@ def test_store_leases_fairness_and_retention(tmp_path: Path) -> None:
     assert taken is not None and (taken.job.id, taken.first) == ("j1", 2)  # lease expired
     assert not store.finish_slice(expired, [], "p1")
     assert again.finish_slice(taken, [{"n": 2}, {"n": 3}], "p2")
+    # the runner that lost the lease finishes late: it must not overwrite the new owner's pages
+    assert not store.finish_slice(expired, [{"late": 1}], "p1")
+    assert json.loads(store.pages_path("j1", 2).read_bytes()) == [{"n": 2}, {"n": 3}]
+    assert not list(store.pages_path("j1", 2).parent.glob(".*.tmp"))
     job = store.claim_assembly("p1", lease_s=30)
     assert job is not None and job.id == "j1" and store.get("j1").extracted == 4
     assert store.finish_job("j1", b'{"result": {}}\n', "p1")

@@ -120,6 +120,6 @@ def test_quiets_the_httpx_loggers(tmp_path, monkeypatch):
     monkeypatch.setattr(entry.uvicorn, "run", lambda app, **kwargs: ran.append(app))
     for name in ("httpx", "httpcore"):
         monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
-    assert entry.main(["--config", str(path)]) == 0 and ran
+    assert entry.main(["--config", str(path), "--workers", "1"]) == 0 and ran
     assert logging.getLogger("httpx").getEffectiveLevel() == logging.WARNING
     assert logging.getLogger("httpcore").getEffectiveLevel() == logging.WARNING

@@ -1,0 +1,100 @@
+"""A caller's plain base64 image is checked without decoding it whole and passed on as it is;
+anything else takes the decoding path, with the same answers as before."""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+import zlib
+
+import pytest
+from PIL import Image
+
+from gateway.documents import resolve_input
+from gateway.inputs import InputError, plain_base64_image
+from gateway.settings import InputSettings
+from tests.gateway.conftest import gateway_config
+from tests.gateway.samples import b64, image_bytes, pdf_bytes, png_bytes
+
+LIMITS = InputSettings()
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG signature and IHDR claiming ``width`` x ``height`` (no pixels)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    return (
+        b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
+    )
+
+
+def jpeg_with_big_app_segment() -> bytes:
+    """A JPEG whose frame header comes after a 20 KB APP1 segment (past a 4 KB head)."""
+    buf = io.BytesIO()
+    Image.new("RGB", (37, 21), (200, 10, 10)).save(buf, "JPEG")
+    data = buf.getvalue()
+    app1 = b"\xff\xe1" + struct.pack(">H", 20002) + b"\x00" * 20000
+    return data[:2] + app1 + data[2:]
+
+
+def test_a_plain_base64_png_is_kept_as_sent() -> None:
+    text = b64(png_bytes())
+    doc = plain_base64_image(text, LIMITS)
+    assert doc is not None and (doc.kind, doc.mime, doc.pages) == ("image", "image/png", 1)
+    assert doc.b64() is text  # passed on as it came
+    assert doc.data == png_bytes()  # decoded only when asked for
+
+
+def test_a_header_beyond_the_first_head_is_found() -> None:
+    data = jpeg_with_big_app_segment()
+    doc = plain_base64_image(b64(data), LIMITS)
+    assert doc is not None and doc.mime == "image/jpeg"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b64(pdf_bytes(2)),  # PDFs are decoded whole (pages, slices)
+        b64(image_bytes("TIFF")),  # TIFF directories may lie anywhere
+        b64(png_bytes())[:40] + "\n" + b64(png_bytes())[40:],  # whitespace
+        b64(png_bytes()).replace("+", "-").replace("/", "_"),  # URL-safe
+        b64(png_bytes())[:-8] + "*" + b64(png_bytes())[-7:],  # a stray character
+        b64(png_bytes())[:20] + "=" + b64(png_bytes())[21:],  # padding in the middle
+        "iVBORw0KGgoAAAANSUhEUg",  # length not a multiple of 4
+        "",
+    ],
+)
+def test_everything_else_takes_the_decoding_path(text: str) -> None:
+    assert plain_base64_image(text, LIMITS) is None
+
+
+def test_a_pixel_bomb_header_is_refused_without_decoding() -> None:
+    with pytest.raises(InputError) as refused:
+        plain_base64_image(b64(png_header(60000, 60000) + b"\x00" * 64), LIMITS)
+    assert refused.value.status == 413 and refused.value.code == "image_too_large"
+
+
+def test_resolve_input_gives_the_same_answers_on_both_paths() -> None:
+    async def both(text: str):
+        return await resolve_input({"base64": text}, LIMITS, None)  # type: ignore[arg-type]
+
+    import asyncio
+
+    fast = asyncio.run(both(b64(png_bytes())))
+    slow = asyncio.run(both(b64(png_bytes())[:40] + "\n" + b64(png_bytes())[40:]))
+    assert fast == slow
+    with pytest.raises(InputError) as bad:
+        asyncio.run(both(b64(png_bytes())[:-8] + "*" + b64(png_bytes())[-7:]))
+    assert bad.value.code == "invalid_base64"
+
+
+def test_ocr_forwards_the_callers_base64_unchanged(fleet, start_gateway) -> None:
+    gw = start_gateway(gateway_config(fleet.urls))
+    text = base64.b64encode(image_bytes("JPEG")).decode()
+    r = gw.client.post("/ocr", json={"base64": text})
+    assert r.status_code == 200, r.text
+    sent = fleet.by_url(r.json()["upstream"]).layout_requests()[-1].body
+    assert sent["file"] == text and sent["fileType"] == 1
+    native = gw.client.post("/layout-parsing", json={"file": text, "fileType": 1})
+    assert native.status_code == 200
