@@ -40,9 +40,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench.balancing import (
-    PROFILES as BALANCING_PROFILES,
-)
-from bench.balancing import (
+    GATEWAY_SRC,
     Profile,
     brief,
     default_policy,
@@ -52,6 +50,9 @@ from bench.balancing import (
     measured,
     run_gateway_open_loop,
     snapshot_importable_gateway,
+)
+from bench.balancing import (
+    PROFILES as BALANCING_PROFILES,
 )
 from bench.ideal import simulate_ideal
 from bench.loadgen import Sample, gateway_sender, ocr_bodies, run_open_loop, summarize
@@ -265,6 +266,7 @@ async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
     base = prof.base
     workdir = tmpdir()
     src = await snapshot_importable_gateway(workdir, 0.0)
+    GATEWAY_SRC["src"] = src  # the one-gateway comparison starts from this snapshot too
     policy = default_policy(src)
     cap = base.fleet.capacity_rps()
     groups = host_groups(base.fleet.n, prof.hosts)

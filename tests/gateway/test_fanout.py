@@ -74,6 +74,8 @@ def test_a_long_pdf_is_parsed_in_slices_on_every_free_instance(fleet4, start_gat
 
 
 def test_a_failed_slice_moves_to_another_instance(fleet4, start_gateway):
+    for double in fleet4.doubles:
+        double.knobs.service_time_s = 0.3  # the four slices run at once, one per instance
     fleet4[0].knobs.fail_next = 1
     gw = _start(start_gateway, _config(fleet4))
     r = gw.client.post("/ocr", json={"base64": b64(pdf_bytes(20, WIDTHS))})
@@ -120,7 +122,9 @@ def test_slices_grow_when_the_fleet_is_busy(fleet4, start_gateway):
     r = gw.client.post("/ocr", json={"base64": b64(pdf_bytes(20, WIDTHS))})
     assert r.status_code == 200, r.text
     assert r.json()["slices"] == 2  # 2 free instances: 2 slices of 10
-    assert all(len(d.layout_requests()) == 1 for d in free)
+    # both slices on the free instances (one may take both: the first can finish before the
+    # second is cut); none waited for a busy one
+    assert sum(len(d.layout_requests()) for d in free) == 2
     for thread in busy:
         thread.join()
 
