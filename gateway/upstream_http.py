@@ -3,7 +3,7 @@ parsing.
 
 Every document the gateway serves costs two upstream calls, and httpx spends about 1 ms of CPU
 on each (``bench/proxy_cpu.py``); this client spends about a tenth of that, because it does only
-what talking to a PaddleX instance needs: ``POST`` (and ``GET``) with a body of known length,
+what talking to a PaddleX instance needs: a ``POST`` with a body of known length,
 one request at a time per connection, a response with a ``Content-Length`` or chunked body.
 Errors are the httpx exception types the failover logic already classifies
 (:func:`gateway.attempts.classify_transport_error`): ``httpx.ConnectError`` /
@@ -135,20 +135,20 @@ class _Pool:
         self.open = 0
         self.waiters: deque[asyncio.Future[None]] = deque()
 
-    async def acquire(self, connect_timeout: float, keepalive_s: float) -> tuple[_Connection, bool]:
-        """A connection (and whether it was reused): an idle one, a new one, or the next freed."""
+    async def acquire(self, connect_timeout: float, keepalive_s: float) -> _Connection:
+        """A connection: an idle one, a new one, or the next one freed."""
         while True:
             now = time.monotonic()
             while self.idle:
                 conn = self.idle.pop()
                 if not conn.closed and now - conn.idle_since < keepalive_s:
-                    return conn, True
+                    return conn
                 conn.close()
                 self.open -= 1
             if self.open < self.limit:
                 self.open += 1
                 try:
-                    return await self._connect(connect_timeout), False
+                    return await self._connect(connect_timeout)
                 except BaseException:
                     self.open -= 1
                     self._wake()
@@ -240,9 +240,6 @@ class UpstreamClient:
         kind = "application/json" if content is None else None
         return await self.request("POST", url, body, headers, timeout, kind)
 
-    async def get(self, url: str, *, timeout: float | None = None) -> Reply:
-        return await self.request("GET", url, b"", None, timeout, None)
-
     async def request(
         self,
         method: str,
@@ -280,9 +277,7 @@ class UpstreamClient:
         reusable = False
         try:
             async with asyncio.timeout(deadline):
-                conn, _ = await pool.acquire(
-                    min(self.connect_timeout_s, deadline), self.keepalive_s
-                )
+                conn = await pool.acquire(min(self.connect_timeout_s, deadline), self.keepalive_s)
                 reply = await conn.exchange(request)
             reusable = True
             return reply

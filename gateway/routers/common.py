@@ -2,8 +2,9 @@
 
 Usage::
 
-    async def route(request: Request, runtime: RuntimeDep, principal: UserDep) -> Response:
+    async def route(request: Request, runtime: RuntimeDep) -> Response:   # a FastAPI route
         body = await read_body(request, runtime.settings.input.max_request_bytes)
+    runtime = runtime_of(request)                                          # a hot route
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gateway.runtime import Runtime
 async def get_runtime(request: Request) -> Runtime:
     """FastAPI dependency: the app's :class:`Runtime` (async: FastAPI runs a plain function
     dependency in a worker thread, two thread switches per request)."""
-    return request.app.state.runtime
+    return runtime_of(request)
 
 
 def runtime_of(request: Request) -> Runtime:
