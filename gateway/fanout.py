@@ -30,7 +30,7 @@ from typing import Any
 
 import pikepdf
 
-from gateway.attempts import Attempt, GatewayError, UpstreamClientError, UpstreamFailure
+from gateway.attempts import Attempt, GatewayError, UpstreamFailure
 from gateway.inputs import Document
 from gateway.paddlex_api import (
     TRUNCATION_HINT,
@@ -38,6 +38,7 @@ from gateway.paddlex_api import (
     markdown_text,
     parsing_results,
     restructure_body,
+    restructured,
 )
 from gateway.pool import UpstreamPool
 from gateway.proxy import OcrResult, Proxy
@@ -111,11 +112,10 @@ def slice_work(body: dict[str, Any], positions: list[int], is_pdf: bool) -> Work
     async def work(client: UpstreamClient, upstream: Upstream, timeout: float) -> Any:
         response = await client.post(upstream.url + "/layout-parsing", json=body, timeout=timeout)
         pages = parsing_results(response)
-        if not isinstance(pages, list) or len(pages) != len(positions):
-            got = len(pages) if isinstance(pages, list) else 0
+        if len(pages) != len(positions):
             raise UpstreamFailure(
                 "truncated",
-                f"{got} of {len(positions)} pages came back; {TRUNCATION_HINT}",
+                f"{len(pages)} of {len(positions)} pages came back; {TRUNCATION_HINT}",
                 502,
                 retryable=False,
             )
@@ -267,12 +267,7 @@ async def ocr_pdf_fanned_out(
         response = await client.post(
             upstream.url + "/restructure-pages", json=body, timeout=timeout
         )
-        try:
-            return markdown_text(parsing_results(response))
-        except UpstreamClientError as exc:  # our request, not the caller's document
-            raise UpstreamFailure(
-                "protocol_error", f"/restructure-pages HTTP {exc.status}: {exc.message}", 200
-            ) from None
+        return markdown_text(restructured(response))
 
     try:
         text, upstream, tried = await proxy.run(

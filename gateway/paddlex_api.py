@@ -8,14 +8,20 @@ Usage::
 
     body = layout_body(doc.b64(), is_pdf=True, log_id="rid", options={"useLayoutDetection": True})
     pages = parsing_results(await client.post(url + "/layout-parsing", json=body))
-    merged = restructure_body(pages, concatenatePages=True, logId="rid")
+    body = restructure_body(pages, concatenatePages=True, logId="rid")
+    text = markdown_text(restructured(await client.post(url + "/restructure-pages", json=body)))
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway.attempts import UpstreamFailure, raise_for_upstream_status
+from gateway.attempts import (
+    UpstreamClientError,
+    UpstreamFailure,
+    error_message,
+    raise_for_upstream_status,
+)
 from gateway.upstream_http import Reply
 
 TRUNCATION_HINT = (
@@ -56,23 +62,46 @@ def restructure_body(pages: list[dict[str, Any]], **fields: Any) -> dict[str, An
         raise UpstreamFailure("protocol_error", "page without prunedResult", 200) from None
 
 
-def parsing_results(response: Reply) -> Any:
-    """``result.layoutParsingResults`` of a PaddleX answer: 4xx raise
-    :class:`~gateway.attempts.UpstreamClientError`, 5xx and bodies without it
-    :class:`~gateway.attempts.UpstreamFailure`."""
+def envelope(response: Reply) -> dict[str, Any]:
+    """The JSON envelope of a PaddleX answer whose ``result`` is an object: 4xx raise
+    :class:`~gateway.attempts.UpstreamClientError`; 5xx, other statuses, non-JSON bodies, a
+    non-zero ``errorCode`` and a missing ``result`` :class:`~gateway.attempts.UpstreamFailure`."""
     raise_for_upstream_status(response)
+    status = response.status_code
     try:
         data = response.json()
     except ValueError:
         raise UpstreamFailure(
-            "protocol_error", f"HTTP {response.status_code} with a non-JSON body", 200
+            "protocol_error", f"HTTP {status} with a non-JSON body", status
         ) from None
-    if not isinstance(data, dict) or data.get("errorCode", 0):
-        raise UpstreamFailure("protocol_error", "unexpected envelope", response.status_code)
+    if status != 200 or not isinstance(data, dict) or data.get("errorCode", 0):
+        raise UpstreamFailure(
+            "protocol_error",
+            f"HTTP {status}: unexpected envelope: {error_message(response.content)}",
+            status,
+        )
+    if not isinstance(data.get("result"), dict):
+        raise UpstreamFailure("protocol_error", "envelope without a result object", 200)
+    return data
+
+
+def parsing_results(response: Reply) -> list[Any]:
+    """``result.layoutParsingResults`` of a PaddleX answer (a list), checked as :func:`envelope`."""
+    pages = envelope(response)["result"].get("layoutParsingResults")
+    if not isinstance(pages, list):
+        raise UpstreamFailure("protocol_error", "no layoutParsingResults in the result", 200)
+    return pages
+
+
+def restructured(response: Reply) -> list[Any]:
+    """The pages of a ``/restructure-pages`` answer. A 4xx there is about the gateway's own
+    request, not the caller's document, so it is a protocol failure, not a client error."""
     try:
-        return data["result"]["layoutParsingResults"]
-    except (KeyError, TypeError):
-        raise UpstreamFailure("protocol_error", "no layoutParsingResults", 200) from None
+        return parsing_results(response)
+    except UpstreamClientError as exc:
+        raise UpstreamFailure(
+            "protocol_error", f"/restructure-pages HTTP {exc.status}: {exc.message}", exc.status
+        ) from None
 
 
 def markdown_text(merged: Any) -> str:

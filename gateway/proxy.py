@@ -33,13 +33,19 @@ from gateway.attempts import (
     UpstreamClientError,
     UpstreamFailure,
     classify_transport_error,
-    error_message,
     raise_for_upstream_status,
     refuses_connections,
 )
 from gateway.central_queue import QueueFull, QueueTimeout
 from gateway.inputs import Document
-from gateway.paddlex_api import TRUNCATION_HINT, layout_body, markdown_text, restructure_body
+from gateway.paddlex_api import (
+    TRUNCATION_HINT,
+    envelope,
+    layout_body,
+    markdown_text,
+    restructure_body,
+    restructured,
+)
 from gateway.pool import NoUpstreamAvailable, UpstreamPool
 from gateway.settings import Settings
 from gateway.upstream import Lease, Upstream
@@ -238,35 +244,6 @@ class Proxy:
         return cls._failed(504, "deadline_exceeded", why, attempts)
 
     # ------------------------------------------------------------------ PaddleX calls
-    @staticmethod
-    async def _post_json(
-        client: UpstreamClient,
-        url: str,
-        body: dict[str, Any],
-        settings: Settings,
-        timeout: float,
-    ) -> dict[str, Any]:
-        response = await client.post(url, json=body, timeout=timeout)
-        raise_for_upstream_status(response)
-        try:
-            data = response.json()
-        except ValueError:
-            raise UpstreamFailure(
-                "protocol_error",
-                f"HTTP {response.status_code} with a non-JSON body",
-                response.status_code,
-            ) from None
-        if response.status_code != 200 or not isinstance(data, dict) or data.get("errorCode", 0):
-            raise UpstreamFailure(
-                "protocol_error",
-                f"HTTP {response.status_code}: unexpected envelope: "
-                f"{error_message(response.content)}",
-                response.status_code,
-            )
-        if not isinstance(data.get("result"), dict):
-            raise UpstreamFailure("protocol_error", "envelope without a result object", 200)
-        return data
-
     async def ocr(
         self,
         settings: Settings,
@@ -281,9 +258,8 @@ class Proxy:
             body = layout_body(
                 doc.b64(), doc.kind == "pdf", request_id, {**(options or {}), "visualize": False}
             )
-            parsed = await self._post_json(
-                client, upstream.url + "/layout-parsing", body, settings, timeout
-            )
+            reply = await client.post(upstream.url + "/layout-parsing", json=body, timeout=timeout)
+            parsed = envelope(reply)
             result = parsed["result"]
             pages = result.get("layoutParsingResults")
             if not isinstance(pages, list) or not pages:
@@ -305,17 +281,10 @@ class Proxy:
                     retryable=False,
                 )
             body2 = restructure_body(pages, concatenatePages=True, logId=request_id)
-            try:
-                merged = await self._post_json(
-                    client, upstream.url + "/restructure-pages", body2, settings, timeout
-                )
-            except UpstreamClientError as exc:  # our request, not the caller's document
-                raise UpstreamFailure(
-                    "protocol_error",
-                    f"/restructure-pages HTTP {exc.status}: {exc.message}",
-                    exc.status,
-                ) from None
-            text = markdown_text(merged["result"].get("layoutParsingResults"))
+            reply = await client.post(
+                upstream.url + "/restructure-pages", json=body2, timeout=timeout
+            )
+            text = markdown_text(restructured(reply))
             return OcrResult(text=str(text), pages=len(pages), log_id=parsed.get("logId"))
 
         result, upstream, attempts = await self.run(settings, work, tenant=tenant)

@@ -48,7 +48,7 @@ from gateway.attempts import GatewayError, UpstreamClientError, UpstreamFailure
 from gateway.fanout import extract_slices, free_capacity, pages_label, plan_slices, slice_work
 from gateway.jobs.protocol import job_data
 from gateway.jobs.store import Job, JobStore, SliceClaim, SliceSize
-from gateway.paddlex_api import layout_body, parsing_results, restructure_body
+from gateway.paddlex_api import layout_body, restructure_body, restructured
 from gateway.upstream import Upstream
 from gateway.upstream_http import UpstreamClient
 
@@ -408,8 +408,8 @@ class JobRunner:
             response = await client.post(
                 upstream.url + "/restructure-pages", json=body, timeout=timeout
             )
-            merged = parsing_results(response)
-            if not isinstance(merged, list) or len(merged) != len(pages):
+            merged = restructured(response)
+            if len(merged) != len(pages):
                 raise UpstreamFailure("protocol_error", "page count changed in restructure", 200)
             return merged
 
