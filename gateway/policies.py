@@ -32,14 +32,9 @@ class Policy(Protocol):
 
 
 def _least(candidates: Sequence[T], load_key: LoadKey, rng: random.Random) -> T:
-    best_key = None
-    best: list[T] = []
-    for item in candidates:
-        key = load_key(item)
-        if best_key is None or key < best_key:
-            best_key, best = key, [item]
-        elif key == best_key:
-            best.append(item)
+    keys = list(map(load_key, candidates))
+    best_key = min(keys)
+    best = [item for item, key in zip(candidates, keys, strict=True) if key == best_key]
     return best[0] if len(best) == 1 else rng.choice(best)
 
 

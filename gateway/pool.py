@@ -32,7 +32,6 @@ import os
 import random
 import statistics
 import time
-from collections import Counter
 from collections.abc import Callable, Collection
 from operator import attrgetter
 from typing import Any
@@ -53,6 +52,10 @@ _OPTIMISTIC_TRIES = 3  # choices made outside the board's lock before a request 
 
 class NoUpstreamAvailable(PoolError):
     """Nothing left to try (none configured, or all already tried by this request)."""
+
+
+_HALF_CLASS_UP = math.sqrt(2)  # a service time within half a class of the average is class 0
+_HALF_CLASS_DOWN = 1 / _HALF_CLASS_UP
 
 
 class UpstreamPool(PoolHealth):
@@ -144,7 +147,7 @@ class UpstreamPool(PoolHealth):
         In panic (fewer than ``panic_threshold_percent`` healthy, or none) health is ignored.
         """
         now = self._clock() if now is None else now
-        healthy = [u for u in self.upstreams if u.state(now) == "healthy"]
+        healthy = [u for u in self.upstreams if u.probe_healthy and u.ejected_until <= now]
         total = len(self.upstreams)
         threshold = self.settings.outlier.panic_threshold_percent
         if total and (not healthy or len(healthy) * 100 < threshold * total):
@@ -154,36 +157,40 @@ class UpstreamPool(PoolHealth):
     def _load_key(self) -> Callable[[Upstream], tuple[float, ...]]:
         """The sort key among candidates: in-flight count, then (``queue`` mode) the speed
         class, then (topology-aware) the in-flight totals of the vLLM, card and host."""
-        speed = self._speed_class() if self.policy.uses_queue else None
         count = self._count
+        classes = self._speed_classes() if self.policy.uses_queue else {}
         if not self.settings.load_balance.topology_aware:
-            if speed is None:
+            if not self.policy.uses_queue:
                 return lambda u: (count(u),)
-            return lambda u: (count(u), speed(u))
-        vllm: Counter[Any] = Counter()
-        card: Counter[Any] = Counter()
-        host: Counter[Any] = Counter()
+            return lambda u: (count(u), classes.get(u.spec.url, 0))
+        vllm: dict[Any, int] = {}
+        card: dict[Any, int] = {}
+        host: dict[Any, int] = {}
         for u in self.upstreams:
             n = count(u)
             if n:
-                vllm[u.spec.vllm] += n
-                card[(u.spec.host, u.spec.card)] += n
-                host[u.spec.host] += n
+                s = u.spec
+                vllm[s.vllm] = vllm.get(s.vllm, 0) + n
+                card[s.host, s.card] = card.get((s.host, s.card), 0) + n
+                host[s.host] = host.get(s.host, 0) + n
+        if not vllm:  # nothing in flight anywhere: every topology total is 0
+            return lambda u: (count(u), classes.get(u.spec.url, 0))
 
         def key(u: Upstream) -> tuple[float, ...]:
             s = u.spec
             return (
                 count(u),
-                speed(u) if speed is not None else 0,
-                vllm[s.vllm] if s.vllm is not None else 0,
-                card[(s.host, s.card)] if s.card is not None else 0,
-                host[s.host] if s.host is not None else 0,
+                classes.get(s.url, 0),
+                vllm.get(s.vllm, 0) if s.vllm is not None else 0,
+                card.get((s.host, s.card), 0) if s.card is not None else 0,
+                host.get(s.host, 0) if s.host is not None else 0,
             )
 
         return key
 
-    def _speed_class(self) -> Callable[[Upstream], int]:
-        """An upstream's service time as a class: ``round(log2(service / average))``.
+    def _speed_classes(self) -> dict[str, int]:
+        """Each upstream's service time as a class, ``round(log2(service / average))``, for
+        the upstreams whose class is not 0.
 
         ``service_s`` is the median of the upstream's last successful attempts; an upstream
         without one, or whose last sample is older than ``load_balance.speed_memory_s``, counts
@@ -193,16 +200,21 @@ class UpstreamPool(PoolHealth):
         average one.
         """
         now = self._clock()
-        known = {u.url: u.service_s for u in self.upstreams if self._speed_known(u, now)}
+        memory = self.settings.load_balance.speed_memory_s
+        known = {
+            u.spec.url: service
+            for u in self.upstreams
+            if (service := u.service_s) and now - u.service_at <= memory
+        }
         if not known:
-            return lambda u: 0
+            return {}
         average = sum(known.values()) / len(known)
-
-        def speed_class(u: Upstream) -> int:
-            service = known.get(u.url)
-            return 0 if service is None else round(math.log2(service / average))
-
-        return speed_class
+        low, high = average * _HALF_CLASS_DOWN, average * _HALF_CLASS_UP  # class 0 in between
+        return {
+            url: round(math.log2(service / average))
+            for url, service in known.items()
+            if not low <= service < high
+        }
 
     def _speed_known(self, u: Upstream, now: float) -> bool:
         """Whether ``u`` has a service time measured within ``speed_memory_s``."""
