@@ -19,6 +19,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.connections import uvicorn_options
+from gateway.memory import keep_large_buffers
 from gateway.settings import ConfigError, load_settings
 from gateway.supervisor import Supervisor, SupervisorOptions
 
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # the gateway's own access log (gateway.middleware) names the caller's token
     logging.getLogger("gateway.access").disabled = args.no_access_log
+    keep_large_buffers()
     if workers > 1:
         try:
             load_settings(args.config)  # refuse a bad config before forking anything

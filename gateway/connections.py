@@ -303,6 +303,40 @@ class GatewayH11Protocol(_Bounded, H11Protocol):
         self._malformed()
 
 
+class _HeadWithBody:
+    """One response cycle's view of the connection's transport: the response head that uvicorn
+    writes on ``http.response.start`` goes out together with the first body bytes, in one
+    ``writev`` instead of two ``write`` calls (a system call and a loopback segment saved per
+    response). Interim ``1xx`` answers (``100 Continue``) are written at once."""
+
+    __slots__ = ("_head", "_started", "_transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._head: bytes | None = None
+        self._started = False
+
+    def write(self, data: bytes) -> None:
+        if not self._started and not data.startswith(b"HTTP/1.1 1"):
+            self._started = True
+            self._head = data
+            return
+        head, self._head = self._head, None
+        if head is None:
+            self._transport.write(data)
+        else:
+            self._transport.writelines((head, data))
+
+    def close(self) -> None:
+        head, self._head = self._head, None
+        if head is not None:
+            self._transport.write(head)
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
     """uvicorn's httptools protocol (a C parser: about a third of h11's CPU per request) with
     the bounds of the module doc."""
@@ -343,7 +377,10 @@ class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_done, self._body_done = True, False
         self._head_tail, self._head_seen = b"", 0
+        previous = self.cycle
         super().on_headers_complete()
+        if self.cycle is not None and self.cycle is not previous:  # its task has not run yet
+            self.cycle.transport = _HeadWithBody(self.transport)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         self._body_done = True

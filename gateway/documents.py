@@ -244,13 +244,6 @@ async def resolve_input(
     if name == "base64" and not value.startswith("data:"):
         fast = plain_base64_image(value, settings)
         if fast is not None:
-            if len(value) // 4 * 3 > settings.max_request_bytes:
-                raise InputError(
-                    413,
-                    "too_large",
-                    f"document is about {len(value) // 4 * 3} bytes, "
-                    f"limit {settings.max_request_bytes}",
-                )
             return fast
     if name == "base64":
         data = decode_data_url(value) if value.startswith("data:") else decode_base64(value)

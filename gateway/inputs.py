@@ -24,6 +24,7 @@ import logging
 import struct
 from typing import Any
 
+from gateway.jsonfast import RawString
 from gateway.settings import InputSettings
 from gateway.workers import ProcessWorkers, WorkerCrashed, WorkerTimeout
 
@@ -47,7 +48,9 @@ class InputError(Exception):
 
 class Document:
     """A validated document ready to send to PaddleX: its bytes, or the caller's plain base64
-    of them (:func:`inspect_base64`), each derived from the other only when asked for."""
+    of them (:func:`plain_base64_image`: a ``str``, or the body's own bytes when
+    :func:`gateway.jsonfast.loads_lifting` left them unparsed), each derived from the other
+    only when asked for."""
 
     __slots__ = ("_data", "_encoded", "kind", "mime", "pages")
 
@@ -57,7 +60,7 @@ class Document:
         kind: str = "image",
         mime: str = "",
         pages: int | None = None,
-        encoded: str | None = None,
+        encoded: str | RawString | None = None,
     ) -> None:
         if data is None and encoded is None:
             raise ValueError("a Document needs its data or its base64")
@@ -70,8 +73,11 @@ class Document:
     @property
     def data(self) -> bytes:
         if self._data is None:
-            assert self._encoded is not None
-            self._data = binascii.a2b_base64(self._encoded)
+            encoded = self._encoded
+            assert encoded is not None
+            self._data = binascii.a2b_base64(
+                encoded.data if isinstance(encoded, RawString) else encoded
+            )
         return self._data
 
     @property
@@ -81,6 +87,12 @@ class Document:
 
     def b64(self) -> str:
         """Raw standard base64 (no ``data:`` prefix), as PaddleX expects."""
+        encoded = self.b64_wire()
+        return encoded.data.decode("ascii") if isinstance(encoded, RawString) else encoded
+
+    def b64_wire(self) -> str | RawString:
+        """:meth:`b64` for a JSON body: the caller's own bytes when it sent them so
+        (:func:`gateway.jsonfast.dumps_parts` writes them as they are)."""
         if self._encoded is None:
             self._encoded = base64.b64encode(self.data).decode("ascii")
         return self._encoded
@@ -98,9 +110,8 @@ class Document:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        size = (
-            len(self._data) if self._data is not None else f"~{len(self._encoded or '') * 3 // 4}"
-        )
+        encoded = self._encoded.data if isinstance(self._encoded, RawString) else self._encoded
+        size = len(self._data) if self._data is not None else f"~{len(encoded or '') * 3 // 4}"
         return f"Document(kind={self.kind!r}, mime={self.mime!r}, pages={self.pages}, bytes={size})"
 
 
@@ -108,14 +119,16 @@ _B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789
 HEAD_B64_CHARS = (4096, 65536)  # decoded heads tried in turn for the type and dimensions
 
 
-def plain_base64_image(value: str, limits: InputSettings) -> Document | None:
+def plain_base64_image(value: str | RawString, limits: InputSettings) -> Document | None:
     """The image whose plain, canonical base64 ``value`` is, checked without decoding it
     whole: the alphabet and padding over the whole text (at C speed), the type and dimensions
-    from a decoded head. None when it is anything else (a PDF, a TIFF, whitespace, URL-safe or
-    damaged base64, a header past the head): the caller then decodes it whole."""
-    if not value.isascii() or len(value) % 4 or len(value) <= 4:
+    from a decoded head; over ``input.max_request_bytes`` decoded, a 413. None when it is
+    anything else (a PDF, a TIFF, whitespace, URL-safe or damaged base64, a header past the
+    head): the caller then decodes it whole."""
+    text = value.data if isinstance(value, RawString) else value
+    if not text.isascii() or len(text) % 4 or len(text) <= 4:
         return None
-    raw = value.encode("ascii")
+    raw = text if isinstance(text, bytes) else text.encode("ascii")
     padding = 2 if raw.endswith(b"==") else 1 if raw.endswith(b"=") else 0
     if raw.translate(None, _B64_ALPHABET) or raw.find(b"=", 0, len(raw) - padding) >= 0:
         return None
@@ -132,6 +145,9 @@ def plain_base64_image(value: str, limits: InputSettings) -> Document | None:
             if chars >= len(raw):
                 return None
             continue  # the header lies further in (or is damaged)
+        size, cap = len(raw) // 4 * 3, limits.max_request_bytes
+        if size > cap:
+            raise InputError(413, "too_large", f"document is about {size} bytes, limit {cap}")
         return Document(kind="image", mime=sniffed[1], pages=1, encoded=value)
     return None
 

@@ -22,6 +22,7 @@ from gateway.attempts import (
     error_message,
     raise_for_upstream_status,
 )
+from gateway.jsonfast import RawString
 from gateway.upstream_http import Reply
 
 TRUNCATION_HINT = (
@@ -30,7 +31,7 @@ TRUNCATION_HINT = (
 
 
 def layout_body(
-    file_b64: str, is_pdf: bool, log_id: str, options: dict[str, Any] | None = None
+    file_b64: str | RawString, is_pdf: bool, log_id: str, options: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The ``/layout-parsing`` body of a document given as raw standard base64, with an explicit
     ``fileType`` (PaddleX cannot tell a base64 file's type); ``visualize`` off unless the

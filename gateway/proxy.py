@@ -256,7 +256,10 @@ class Proxy:
 
         async def work(client: UpstreamClient, upstream: Upstream, timeout: float) -> OcrResult:
             body = layout_body(
-                doc.b64(), doc.kind == "pdf", request_id, {**(options or {}), "visualize": False}
+                doc.b64_wire(),
+                doc.kind == "pdf",
+                request_id,
+                {**(options or {}), "visualize": False},
             )
             reply = await client.post(upstream.url + "/layout-parsing", json=body, timeout=timeout)
             parsed = envelope(reply)

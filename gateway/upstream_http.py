@@ -118,11 +118,18 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    async def exchange(self, request: bytes) -> Reply:
+    async def exchange(self, request: list[bytes], timeout: float) -> Reply:
+        """Send one request (its pieces in one ``writev``) and wait for its answer; past
+        ``timeout`` seconds the connection is closed and ``TimeoutError`` raised."""
         assert self.transport is not None and self.waiter is None
-        self.waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(request)
-        return await self.waiter
+        loop = asyncio.get_running_loop()
+        self.waiter = waiter = loop.create_future()
+        self.transport.writelines(request)
+        timer = loop.call_later(timeout, self._fail, TimeoutError())
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
 
 
 class _Pool:
@@ -135,16 +142,23 @@ class _Pool:
         self.open = 0
         self.waiters: deque[asyncio.Future[None]] = deque()
 
+    def idle_connection(self, keepalive_s: float) -> _Connection | None:
+        """The most recently used idle connection still fit for reuse, if any."""
+        now = time.monotonic()
+        while self.idle:
+            conn = self.idle.pop()
+            if not conn.closed and now - conn.idle_since < keepalive_s:
+                return conn
+            conn.close()
+            self.open -= 1
+        return None
+
     async def acquire(self, connect_timeout: float, keepalive_s: float) -> _Connection:
         """A connection: an idle one, a new one, or the next one freed."""
         while True:
-            now = time.monotonic()
-            while self.idle:
-                conn = self.idle.pop()
-                if not conn.closed and now - conn.idle_since < keepalive_s:
-                    return conn
-                conn.close()
-                self.open -= 1
+            conn = self.idle_connection(keepalive_s)
+            if conn is not None:
+                return conn
             if self.open < self.limit:
                 self.open += 1
                 try:
@@ -215,7 +229,7 @@ class UpstreamClient:
         self.connect_timeout_s = connect_timeout_s
         self.timeout_s = timeout_s
         self.pools: dict[tuple[str, str, int], _Pool] = {}
-        self._heads: dict[tuple[str, str, str], bytes] = {}
+        self._routes: dict[tuple[str, str], tuple[_Pool, bytes]] = {}
 
     def _pool(self, scheme: str, host: str, port: int) -> _Pool:
         key = (scheme, host, port)
@@ -236,28 +250,21 @@ class UpstreamClient:
         timeout: float | None = None,
     ) -> Reply:
         """POST ``json`` (encoded here) or ``content``; the whole exchange within ``timeout``."""
-        body = jsonfast.dumps(json) if content is None else content
-        kind = "application/json" if content is None else None
-        return await self.request("POST", url, body, headers, timeout, kind)
+        if content is not None:
+            return await self.request("POST", url, content, headers, timeout)
+        parts = jsonfast.dumps_parts(json) if isinstance(json, dict) else [jsonfast.dumps(json)]
+        return await self.request("POST", url, parts, headers, timeout, "application/json")
 
     async def request(
         self,
         method: str,
         url: str,
-        body: bytes,
+        body: bytes | list[bytes],
         headers: dict[str, str] | None,
         timeout: float | None,
         content_type: str | None = None,
     ) -> Reply:
-        parts = urlsplit(url)
-        scheme = parts.scheme
-        if scheme not in ("http", "https") or not parts.hostname:
-            raise httpx.UnsupportedProtocol(f"not an http(s) URL: {url!r}")
-        port = parts.port or (443 if scheme == "https" else 80)
-        target = parts.path or "/"
-        if parts.query:
-            target += "?" + parts.query
-        head = self._head(method, target, parts.netloc)
+        pool, head = self._route(method, url)
         extra = dict(headers or {})
         if content_type is not None:
             extra.setdefault("content-type", content_type)
@@ -265,20 +272,21 @@ class UpstreamClient:
             if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
                 raise httpx.LocalProtocolError(f"header {name!r} holds CR or LF")
         lines = "".join(f"{name}: {value}\r\n" for name, value in extra.items())
-        request = b"%s%scontent-length: %d\r\n\r\n%s" % (
-            head,
-            lines.encode("latin-1"),
-            len(body),
-            body,
-        )
-        pool = self._pool(scheme, parts.hostname, port)
+        parts = [body] if isinstance(body, bytes) else body
+        length = sum(map(len, parts))
+        head = b"%s%scontent-length: %d\r\n\r\n" % (head, lines.encode("latin-1"), length)
         deadline = self.timeout_s if timeout is None else timeout
-        conn: _Connection | None = None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        conn: _Connection | None = pool.idle_connection(self.keepalive_s)
         reusable = False
         try:
-            async with asyncio.timeout(deadline):
-                conn = await pool.acquire(min(self.connect_timeout_s, deadline), self.keepalive_s)
-                reply = await conn.exchange(request)
+            if conn is None:
+                async with asyncio.timeout(deadline):
+                    conn = await pool.acquire(
+                        min(self.connect_timeout_s, deadline), self.keepalive_s
+                    )
+            reply = await conn.exchange([head, *parts], deadline - (loop.time() - started))
             reusable = True
             return reply
         except TimeoutError:
@@ -287,14 +295,23 @@ class UpstreamClient:
             if conn is not None:
                 pool.release(conn, reusable)
 
-    def _head(self, method: str, target: str, netloc: str) -> bytes:
-        key = (method, target, netloc)
-        head = self._heads.get(key)
-        if head is None:
-            head = f"{method} {target} HTTP/1.1\r\nhost: {netloc}\r\n".encode("latin-1")
-            if len(self._heads) < 4096:
-                self._heads[key] = head
-        return head
+    def _route(self, method: str, url: str) -> tuple[_Pool, bytes]:
+        """The pool for ``url``'s origin and the request line and host header for it."""
+        route = self._routes.get((method, url))
+        if route is None:
+            parts = urlsplit(url)
+            scheme = parts.scheme
+            if scheme not in ("http", "https") or not parts.hostname:
+                raise httpx.UnsupportedProtocol(f"not an http(s) URL: {url!r}")
+            port = parts.port or (443 if scheme == "https" else 80)
+            target = parts.path or "/"
+            if parts.query:
+                target += "?" + parts.query
+            head = f"{method} {target} HTTP/1.1\r\nhost: {parts.netloc}\r\n".encode("latin-1")
+            route = (self._pool(scheme, parts.hostname, port), head)
+            if len(self._routes) < 4096:
+                self._routes[method, url] = route
+        return route
 
     async def aclose(self) -> None:
         for pool in self.pools.values():

@@ -63,7 +63,11 @@ def restructure_body(body: bytes) -> bytes:
 async def checked_layout_body(runtime: Runtime, settings: Settings, body: bytes) -> bytes:
     """Check the document of a ``/layout-parsing`` body; the body to forward."""
     try:
-        payload: Any = jsonfast.loads(body)
+        payload, raw = jsonfast.loads_lifting(body, "file")
+        if raw is not None:
+            if plain_base64_image(raw, settings.input) is not None:
+                return body  # a plain base64 image, checked without parsing it
+            payload = jsonfast.loads(body)
     except ValueError:
         return body  # PaddleX answers its own 422
     if not isinstance(payload, dict) or not isinstance(payload.get("file"), str):

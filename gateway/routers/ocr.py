@@ -28,7 +28,7 @@ from gateway.attempts import GatewayError, UpstreamClientError
 from gateway.documents import SOURCE_FIELDS, resolve_input
 from gateway.errors import error_response, gateway_error_response, request_context
 from gateway.fanout import ocr_pdf_fanned_out, should_fan_out
-from gateway.inputs import Document, InputError
+from gateway.inputs import Document, InputError, plain_base64_image
 from gateway.postprocess import postprocess
 from gateway.routers.common import read_body, runtime_of
 from gateway.runtime import Runtime
@@ -129,16 +129,37 @@ async def _json_document(
     request: Request, runtime: Runtime, settings: Settings
 ) -> tuple[Document, dict[str, Any] | None]:
     """``/ocr``: a JSON body naming the document (see :func:`resolve_input`) and options."""
-    payload = parse_json_object(await read_body(request, settings.input.max_request_bytes))
+    body = await read_body(request, settings.input.max_request_bytes)
+    payload, doc = _lifted_image(body, settings)
     try:
         parsed = OcrRequest.model_validate(payload)
     except ValidationError as exc:
         raise InputError(400, "invalid_request", validation_message(exc)) from None
     sources = {name: getattr(parsed, name) for name in SOURCE_FIELDS}
-    doc = await resolve_input(
-        sources, settings.input, runtime.fetch_client(), runtime.url_guard, runtime.inspector
-    )
+    if doc is None or any(sources[name] is not None for name in SOURCE_FIELDS if name != "base64"):
+        doc = await resolve_input(
+            sources, settings.input, runtime.fetch_client(), runtime.url_guard, runtime.inspector
+        )
     return doc, parsed.options
+
+
+def _lifted_image(body: bytes, settings: Settings) -> tuple[dict[str, Any], Document | None]:
+    """The body as a JSON object and, when its ``base64`` is a large plain base64 image, that
+    image, read without parsing it into a ``str`` (:func:`gateway.jsonfast.loads_lifting`);
+    anything else is parsed whole (:func:`parse_json_object`) and left to
+    :func:`resolve_input`."""
+    try:
+        payload, raw = jsonfast.loads_lifting(body, "base64")
+    except ValueError:
+        return parse_json_object(body), None
+    if raw is not None:
+        doc = plain_base64_image(raw, settings.input)
+        if doc is not None:
+            return payload, doc
+        payload = parse_json_object(body)
+    if not isinstance(payload, dict):
+        return parse_json_object(body), None
+    return payload, None
 
 
 async def _uploaded_document(

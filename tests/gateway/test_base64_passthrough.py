@@ -13,6 +13,7 @@ from PIL import Image
 
 from gateway.documents import resolve_input
 from gateway.inputs import InputError, plain_base64_image
+from gateway.jsonfast import RawString
 from gateway.settings import InputSettings
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, image_bytes, pdf_bytes, png_bytes
@@ -98,3 +99,60 @@ def test_ocr_forwards_the_callers_base64_unchanged(fleet, start_gateway) -> None
     assert sent["file"] == text and sent["fileType"] == 1
     native = gw.client.post("/layout-parsing", json={"file": text, "fileType": 1})
     assert native.status_code == 200
+
+
+def big_png(min_bytes: int = 200_000) -> bytes:
+    """A PNG of noise larger than ``min_bytes`` (its base64 is lifted out of the JSON body)."""
+    side = int(min_bytes**0.5) + 16
+    noise = bytes((i * 7919 + (i >> 5) * 104729) % 251 for i in range(side * side))
+    buf = io.BytesIO()
+    Image.frombytes("L", (side, side), noise).save(buf, "PNG", compress_level=0)
+    return buf.getvalue()
+
+
+def test_ocr_forwards_a_large_base64_image_as_sent(fleet, start_gateway) -> None:
+    gw = start_gateway(gateway_config(fleet.urls))
+    text = base64.b64encode(big_png()).decode()
+    r = gw.client.post("/ocr", json={"base64": text, "options": {"prettifyMarkdown": False}})
+    assert r.status_code == 200, r.text
+    sent = fleet.by_url(r.json()["upstream"]).layout_requests()[-1].body
+    assert sent["file"] == text and sent["fileType"] == 1
+    assert sent["prettifyMarkdown"] is False and sent["logId"] == r.json()["request_id"]
+    native = gw.client.post("/layout-parsing", json={"file": text, "fileType": 1})
+    assert native.status_code == 200
+    newest = max((r for d in fleet.doubles for r in d.layout_requests()), key=lambda r: r.at)
+    assert newest.body["file"] == text
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        # another source beside a lifted base64: the one-source rule still holds
+        ('{"base64": "%s", "url": "https://example.test/a.png"}', 400, "invalid_request"),
+        # not an image's base64 (the body's own text is then parsed and decoded)
+        ('{"base64": "%s*"}', 400, "invalid_base64"),
+        # escaped slashes (as PHP writes them): parsed whole, still accepted
+        ('{"base64": "%s", "options": {"x": "a\\/b"}}', 200, None),
+        ('{"base64": "%s", "options": 3}', 400, "invalid_request"),
+        ('{"base64": "%s"', 400, "invalid_json"),
+        ('["%s"]', 400, "invalid_request"),
+    ],
+)
+def test_a_large_body_that_is_not_a_plain_image_gets_the_usual_answer(
+    fleet, start_gateway, body: str, status: int, code: str | None
+) -> None:
+    gw = start_gateway(gateway_config(fleet.urls))
+    text = base64.b64encode(big_png()).decode()
+    r = gw.client.post(
+        "/ocr", content=(body % text).encode(), headers={"content-type": "application/json"}
+    )
+    assert r.status_code == status, r.text
+    if code is not None:
+        assert r.json()["error"]["code"] == code
+
+
+def test_a_plain_image_over_the_request_cap_is_413_without_decoding() -> None:
+    text = base64.b64encode(big_png())
+    with pytest.raises(InputError) as refused:
+        plain_base64_image(RawString(text), InputSettings(max_request_bytes=len(text) // 2))
+    assert refused.value.status == 413 and refused.value.code == "too_large"
