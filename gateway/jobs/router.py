@@ -16,9 +16,11 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -48,7 +50,7 @@ from gateway.jobs.schemas import (
     submission_body,
 )
 from gateway.jobs.store import Job, JobStore
-from gateway.routers.common import read_body
+from gateway.routers.common import read_body, runtime_of
 from gateway.runtime import Runtime
 
 router = APIRouter(tags=["jobs (official PaddleOCR API)"])
@@ -194,14 +196,22 @@ async def _submit(request: Request, runtime: Runtime, principal: Principal) -> R
     return envelope({"jobId": job.id, **({"batchId": job.batch_id} if job.batch_id else {})})
 
 
-async def _guarded(request: Request, action: Any) -> Response:
-    """Run a route body, answering ProtocolError and InputError in the envelope."""
-    try:
-        return await action()
-    except ProtocolError as exc:
-        return envelope_error(exc.status, exc.message, exc.headers)
-    except InputError as exc:
-        return envelope_error(exc.status, f"{exc.code}: {exc.message}")
+Route = Callable[..., Awaitable[Response]]
+
+
+def _in_envelope(route: Route) -> Route:
+    """The route, answering its ProtocolError and InputError in the official envelope."""
+
+    @functools.wraps(route)  # FastAPI reads the route's own signature through __wrapped__
+    async def answered(*args: Any, **kwargs: Any) -> Response:
+        try:
+            return await route(*args, **kwargs)
+        except ProtocolError as exc:
+            return envelope_error(exc.status, exc.message, exc.headers)
+        except InputError as exc:
+            return envelope_error(exc.status, f"{exc.code}: {exc.message}")
+
+    return answered
 
 
 @router.post(
@@ -211,21 +221,18 @@ async def _guarded(request: Request, action: Any) -> Response:
     responses=envelope_errors(400, 401, 403, 408, 413, 415, 422, 429, 503),
     openapi_extra=submission_body(),
 )
+@_in_envelope
 async def submit_job(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-
-    async def action() -> Response:
-        principal = _principal(request, runtime)
-        try:
-            runtime.access.admit(principal)
-        except AccessError as exc:
-            raise ProtocolError(exc.status, exc.message, exc.headers) from None
-        try:
-            return await _submit(request, runtime, principal)
-        finally:
-            runtime.access.release(principal)
-
-    return await _guarded(request, action)
+    runtime = runtime_of(request)
+    principal = _principal(request, runtime)
+    try:
+        runtime.access.admit(principal)
+    except AccessError as exc:
+        raise ProtocolError(exc.status, exc.message, exc.headers) from None
+    try:
+        return await _submit(request, runtime, principal)
+    finally:
+        runtime.access.release(principal)
 
 
 @router.get(
@@ -234,20 +241,17 @@ async def submit_job(request: Request) -> Response:
     response_model=BatchEnvelope,
     responses=envelope_errors(401, 404, 422, 503),
 )
+@_in_envelope
 async def batch_status(request: Request, batch_id: str) -> Response:
-    runtime: Runtime = request.app.state.runtime
-
-    async def action() -> Response:
-        principal = _principal(request, runtime)
-        store, _ = _service(runtime)
-        batch = await asyncio.to_thread(store.batch, batch_id)
-        jobs = [j for j in batch if j.tenant == principal.name or principal.admin]
-        if not jobs:
-            raise ProtocolError(404, f"batch {batch_id!r} not found")
-        items = [job_data(j, _json_url(request, runtime, store, j)) for j in jobs]
-        return envelope({"batchId": batch_id, "extractResult": items})
-
-    return await _guarded(request, action)
+    runtime = runtime_of(request)
+    principal = _principal(request, runtime)
+    store, _ = _service(runtime)
+    batch = await asyncio.to_thread(store.batch, batch_id)
+    jobs = [j for j in batch if j.tenant == principal.name or principal.admin]
+    if not jobs:
+        raise ProtocolError(404, f"batch {batch_id!r} not found")
+    items = [job_data(j, _json_url(request, runtime, store, j)) for j in jobs]
+    return envelope({"batchId": batch_id, "extractResult": items})
 
 
 @router.get(
@@ -256,16 +260,13 @@ async def batch_status(request: Request, batch_id: str) -> Response:
     response_model=StatusEnvelope,
     responses=envelope_errors(401, 404, 422, 503),
 )
+@_in_envelope
 async def job_status(request: Request, job_id: str) -> Response:
-    runtime: Runtime = request.app.state.runtime
-
-    async def action() -> Response:
-        principal = _principal(request, runtime)
-        store, _ = _service(runtime)
-        job = _visible(await asyncio.to_thread(store.get, job_id), principal, job_id)
-        return envelope(job_data(job, _json_url(request, runtime, store, job)))
-
-    return await _guarded(request, action)
+    runtime = runtime_of(request)
+    principal = _principal(request, runtime)
+    store, _ = _service(runtime)
+    job = _visible(await asyncio.to_thread(store.get, job_id), principal, job_id)
+    return envelope(job_data(job, _json_url(request, runtime, store, job)))
 
 
 @router.delete(
@@ -274,19 +275,16 @@ async def job_status(request: Request, job_id: str) -> Response:
     response_model=StatusEnvelope,
     responses=envelope_errors(401, 404, 422, 503),
 )
+@_in_envelope
 async def cancel_job(request: Request, job_id: str) -> Response:
-    runtime: Runtime = request.app.state.runtime
-
-    async def action() -> Response:
-        principal = _principal(request, runtime)
-        store, runner = _service(runtime)
-        _visible(await asyncio.to_thread(store.get, job_id), principal, job_id)
-        await asyncio.to_thread(store.fail, job_id, "cancelled by the caller")
-        runner.wake()
-        job = _visible(await asyncio.to_thread(store.get, job_id), principal, job_id)
-        return envelope(job_data(job, _json_url(request, runtime, store, job)))
-
-    return await _guarded(request, action)
+    runtime = runtime_of(request)
+    principal = _principal(request, runtime)
+    store, runner = _service(runtime)
+    _visible(await asyncio.to_thread(store.get, job_id), principal, job_id)
+    await asyncio.to_thread(store.fail, job_id, "cancelled by the caller")
+    runner.wake()
+    job = _visible(await asyncio.to_thread(store.get, job_id), principal, job_id)
+    return envelope(job_data(job, _json_url(request, runtime, store, job)))
 
 
 @router.get(
@@ -298,17 +296,13 @@ async def cancel_job(request: Request, job_id: str) -> Response:
         **envelope_errors(403, 404, 422, 503),
     },
 )
+@_in_envelope
 async def job_result(request: Request, job_id: str, expires: str = "", sig: str = "") -> Response:
-    runtime: Runtime = request.app.state.runtime
-
-    async def action() -> Response:
-        store, _ = _service(runtime)
-        if not check_result_signature(store.key, job_id, expires, sig):
-            raise ProtocolError(403, "the result URL is invalid or has expired")
-        job = await asyncio.to_thread(store.get, job_id)
-        path = store.result_path(job_id)
-        if job is None or job.state != "done" or not path.is_file():
-            raise ProtocolError(404, f"no result for job {job_id!r}")
-        return FileResponse(path, media_type="application/jsonl; charset=utf-8")
-
-    return await _guarded(request, action)
+    store, _ = _service(runtime_of(request))
+    if not check_result_signature(store.key, job_id, expires, sig):
+        raise ProtocolError(403, "the result URL is invalid or has expired")
+    job = await asyncio.to_thread(store.get, job_id)
+    path = store.result_path(job_id)
+    if job is None or job.state != "done" or not path.is_file():
+        raise ProtocolError(404, f"no result for job {job_id!r}")
+    return FileResponse(path, media_type="application/jsonl; charset=utf-8")
