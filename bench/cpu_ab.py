@@ -27,7 +27,7 @@ from bench.procstat import tree_cpu_s
 from bench.proxies import snapshot_rev, start_gateway
 from bench.proxy_cpu import bodies, document
 from bench.workload import FleetSpec
-from bench.wrk import parse_output, wrk_command, write_script
+from bench.wrk import parse_output, write_script, wrk_command
 
 
 def measure(args: argparse.Namespace) -> list[dict]:
