@@ -79,17 +79,29 @@ async def status(
 ) -> list[dict[str, Any]]:
     """One row per instance: container state, HTTP health, bound vLLM, gateway view, ``ok``.
 
-    The gateway's view comes from ``/upstreams`` with `admin_token`. When the gateway refuses
-    it, every row carries the reason as ``gateway_error`` (the view of each is unknown).
+    The gateway's view comes from ``/upstreams`` with `admin_token`: in the per-host layout,
+    each host's from that host's gateway (`Fleet.gateway_urls`). When a gateway refuses it,
+    every row it would describe carries the reason as ``gateway_error``.
     """
     states = await asyncio.to_thread(container_states, docker, insts)
+    urls = fleet.gateway_urls()
     async with httpx.AsyncClient(trust_env=False) as http:
         healths = await asyncio.gather(*(probes.health(http, i, timeout) for i in insts))
-        gw = probes.GatewayView(None, "no gateway in topology")
-        if fleet.gateway_url:
-            gw = await probes.gateway_upstreams(http, fleet.gateway_url, timeout, admin_token)
+        fetched = await asyncio.gather(
+            *(probes.gateway_upstreams(http, url, timeout, admin_token) for url in urls.values())
+        )
+    views = dict(zip(urls, fetched, strict=True))
+
+    def view_of(inst: Instance) -> probes.GatewayView:
+        if not views:
+            return probes.GatewayView(None, "no gateway in topology")
+        if "" in views:
+            return views[""]
+        return views.get(inst.host) or probes.GatewayView(None, f"no gateway on {inst.host}")
+
     rows = []
     for inst, h in zip(insts, healths, strict=True):
+        gw = view_of(inst)
         st = states[(inst.host, inst.container)]
         docker_error = None
         if isinstance(st, ContainerState):

@@ -70,6 +70,16 @@ class Fleet:
     def gateway(self) -> Instance | None:
         return next((i for i in self.instances if i.kind == "gateway"), None)
 
+    def gateway_urls(self) -> dict[str, str]:
+        """Where to read each host's view of its instances (``/upstreams``): per host, its
+        gateway (one per host in the per-host layout); else ``{"": gateway_url}``, one view of
+        every host."""
+        gateways = self.of_kind("gateway")
+        if len(gateways) > 1:
+            return {g.host: g.url.rstrip("/") for g in gateways}
+        url = self.gateway_url or (gateways[0].url if gateways else None)
+        return {"": url.rstrip("/")} if url else {}
+
     def of_kind(self, kind: str) -> list[Instance]:
         return [i for i in self.instances if i.kind == kind]
 
@@ -240,20 +250,23 @@ def parse_fleet(outputs: dict[str, Any]) -> Fleet:
                     )
     gw = topo.get("gateway")
     gateway_url = outputs.get("gateway_url") or (gw or {}).get("url")
-    if gw and gw.get("port"):
-        h = by_name.get(gw.get("host", ""), {})
+    # the single layout's gateway, or (per-host) one gateway per host behind the balancer
+    for entry in topo.get("gateways") or ([gw] if gw else []):
+        if not entry.get("port"):
+            continue
+        h = by_name.get(entry.get("host", ""), {})
         address = h.get("address") or "127.0.0.1"
         instances.append(
             Instance(
                 kind="gateway",
-                host=gw.get("host") or "local",
+                host=entry.get("host") or "local",
                 address=address,
                 docker_host=h.get("docker_host") or None,
                 accelerator=h.get("accelerator") or "-",
                 card=None,
-                port=int(gw["port"]),
-                url=(gw.get("url") or gateway_url or f"http://{address}:{gw['port']}"),
-                container=gw.get("container", ""),
+                port=int(entry["port"]),
+                url=(entry.get("url") or gateway_url or f"http://{address}:{entry['port']}"),
+                container=entry.get("container", ""),
                 log=None,
                 served_model=model,
             )

@@ -366,3 +366,37 @@ def test_load_fleet_shapes(fleet: Fleet, outputs: Path, tmp_path: Path) -> None:
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps(fleet.outputs()["topology"]))
     assert len(load_fleet(bare).instances) == 6
+
+
+def test_status_per_host_reads_each_hosts_gateway(
+    fleet: Fleet,
+    tmp_path: Path,
+    fake_docker: FakeDocker,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """In the per-host layout each host's rows come from that host's gateway, not from the
+    balancer (which would answer with one gateway's view)."""
+    ejected_there = [
+        {**u, "state": "ejected"} for u in fleet.gw.app.state.upstreams if u["host"] == "gpu2"
+    ]
+    gw2 = ServerThread(fake_gateway(upstreams=ejected_there)).start()
+    try:
+        out = fleet.outputs()
+        local = out["topology"].pop("gateway")
+        remote = {**local, "host": "gpu2", "port": gw2.port, "url": gw2.url}
+        out["topology"]["gateways"] = [local, remote]
+        out["gateway_url"] = f"http://127.0.0.1:{free_port()}"  # the balancer: nobody listens
+        path = tmp_path / "per-host.json"
+        path.write_text(json.dumps(out))
+        fake_docker.set_states({n: "running" for n in fleet.containers()})
+        monkeypatch.setenv("FLEETCTL_OUTPUTS", str(path))
+        _, data = run_json(capsys, "status")
+    finally:
+        gw2.stop()
+    rows = {(r["kind"], r["port"]): r for r in data["instances"]}
+    assert rows[("paddlex", fleet.p1.port)]["gateway"] == "healthy, 2 in flight"  # local's view
+    assert rows[("paddlex", fleet.p3.port)]["gateway"] == "ejected"  # gpu2's own gateway's view
+    assert rows[("vllm", fleet.v2.port)]["gateway"] == "0/1 paddlex healthy"
+    assert rows[("gateway", fleet.gw.port)]["ok"] and rows[("gateway", gw2.port)]["ok"]
+    assert [r["host"] for r in data["instances"] if r["kind"] == "gateway"] == ["local", "gpu2"]
