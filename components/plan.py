@@ -42,8 +42,26 @@ class HostPlan:
         return {"DOCKER_HOST": self.endpoint}
 
 
+class _Listening:
+    """A service on ``port`` of ``host`` (every container uses host networking)."""
+
+    host: HostPlan
+    port: int
+
+    @property
+    def url(self) -> str:
+        """Where the other hosts (and the gateway) reach it."""
+        return f"http://{self.host.address}:{self.port}"
+
+    @property
+    def local_url(self) -> str:
+        """The service on its host's loopback: how the containers of the same host reach it,
+        and where readiness probes run."""
+        return f"http://127.0.0.1:{self.port}"
+
+
 @dataclass(frozen=True)
-class VllmInstance:
+class VllmInstance(_Listening):
     host: HostPlan
     card: int
     index: int
@@ -55,21 +73,12 @@ class VllmInstance:
         return f"{kind.vllm_name_prefix}-{self.port}-{kind.device_label}-{self.card}"
 
     @property
-    def url(self) -> str:
-        return f"http://{self.host.address}:{self.port}"
-
-    @property
-    def local_url(self) -> str:
-        """How the PaddleX containers of the same host reach it (host networking)."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
     def label(self) -> str:
         return f"vLLM #{self.index + 1} of card {self.card} on host {self.host.name}"
 
 
 @dataclass(frozen=True)
-class PaddlexInstance:
+class PaddlexInstance(_Listening):
     host: HostPlan
     card: int
     index: int
@@ -79,15 +88,6 @@ class PaddlexInstance:
     @property
     def container_name(self) -> str:
         return f"paddle-{self.port}-{self.host.kind.device_label}-{self.card}"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host.address}:{self.port}"
-
-    @property
-    def local_url(self) -> str:
-        """The service on the host's loopback (where readiness probes run)."""
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def pipeline_config_path(self) -> str:
@@ -119,7 +119,7 @@ class CardPlan:
 
 
 @dataclass(frozen=True)
-class GatewayPlan:
+class GatewayPlan(_Listening):
     host: HostPlan
     port: int
     container_name: str
@@ -127,20 +127,12 @@ class GatewayPlan:
     """The host whose PaddleX instances this gateway dispatches to; None: every host's."""
 
     @property
-    def url(self) -> str:
-        return f"http://{self.host.address}:{self.port}"
-
-    @property
-    def local_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
     def config_path(self) -> str:
         return f"{CONFIG_DIR_IN_CONTAINER}/gateway.json"
 
 
 @dataclass(frozen=True)
-class BalancerPlan:
+class BalancerPlan(_Listening):
     """The balancer of the per-host layout: one container in front of every gateway."""
 
     host: HostPlan
@@ -149,14 +141,6 @@ class BalancerPlan:
     kind: str
     backends: tuple[GatewayPlan, ...]
     check_interval_s: float
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host.address}:{self.port}"
-
-    @property
-    def local_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def config_path(self) -> str:
