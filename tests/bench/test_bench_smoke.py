@@ -112,3 +112,11 @@ def test_profiles_are_consistent():
         assert set(prof.policies) <= set(balancing.ALL_POLICIES)
         assert prof.warmup_s < prof.duration_s and prof.kill_at_s < prof.kill_duration_s
     assert replace(balancing.PROFILES["default"]).fleet.n == 48
+
+
+def test_dispatch_cost_times_real_leases(capsys):
+    from bench import dispatch_cost
+
+    assert asyncio.run(dispatch_cost.cost_us(8, 0.5, 50)) > 0
+    assert dispatch_cost.main(["--upstreams", "8", "--rounds", "20", "--repeat", "1"]) == 0
+    assert "8 upstreams, 0% busy:" in capsys.readouterr().out

@@ -1,0 +1,58 @@
+"""CPU of one dispatch: leasing and releasing an upstream of the gateway's pool, in-process.
+
+    python -m bench.dispatch_cost                 # 48 upstreams, queue mode, as bench.proxy_cpu
+    python -m bench.dispatch_cost --upstreams 384 --busy 0.5
+
+The pool gets the benchmark fleet's config (host, card and vLLM of every upstream, so the
+topology-aware key has something to read) and a service time for every upstream; then
+``--rounds`` acquire + release pairs are timed with ``busy`` of the upstreams held, and the
+microseconds per pair printed (the best of ``--repeat`` runs: the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from bench.procs import gateway_config
+from gateway.pool import UpstreamPool
+from gateway.settings import parse_settings
+
+
+async def cost_us(upstreams: int, busy: float, rounds: int) -> float:
+    """Microseconds of CPU per acquire + release with ``busy`` of the upstreams leased."""
+    urls = [f"http://127.0.0.1:{20000 + i}" for i in range(upstreams)]
+    pool = UpstreamPool(parse_settings(gateway_config(urls, "queue")))
+    for i in range(4 * upstreams):  # a service time for each, a little spread
+        lease = await pool.acquire()
+        pool.release(lease, "success", 0.01 + (i % 7) * 0.001)
+    held = [await pool.acquire() for _ in range(int(busy * upstreams))]
+    start = time.process_time()
+    for _ in range(rounds):
+        pool.release(await pool.acquire(), "success", 0.01)
+    spent = time.process_time() - start
+    for lease in held:
+        pool.release(lease, "success", 0.01)
+    return spent / rounds * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--upstreams", type=int, default=48)
+    parser.add_argument("--busy", type=float, default=0.0, help="share of upstreams held")
+    parser.add_argument("--rounds", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    runs = [
+        asyncio.run(cost_us(args.upstreams, args.busy, args.rounds)) for _ in range(args.repeat)
+    ]
+    print(
+        f"{args.upstreams} upstreams, {args.busy:.0%} busy: {min(runs):.1f} us per "
+        f"acquire + release (runs: {', '.join(f'{r:.1f}' for r in runs)})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
