@@ -200,7 +200,7 @@ async def _fetch(
                     f"url: fetching {_shown(value)} gave HTTP {response.status_code}",
                 )
             declared = response.headers.get("content-length")
-            if declared and declared.isdigit() and int(declared) > cap:
+            if declared and declared.isascii() and declared.isdigit() and int(declared) > cap:
                 raise InputError(
                     413, "too_large", f"url: document is {declared} bytes, limit {cap}"
                 )

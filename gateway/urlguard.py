@@ -182,7 +182,7 @@ def parse_allow_entry(text: str) -> AllowEntry:
         host, _, port_text = raw.partition(":")
         port_text = port_text if ":" in raw else None
     if port_text is not None:
-        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
             raise ValueError(f"{text!r}: port must be 1..65535")
         port = int(port_text)
     if "/" in host:

@@ -132,9 +132,10 @@ def sign_result_url(key: bytes, base: str, job_id: str, ttl_s: float) -> str:
 
 def check_result_signature(key: bytes, job_id: str, expires: str, sig: str) -> bool:
     """Whether ``sig`` signs ``job_id`` until ``expires`` and that time has not passed."""
-    if not expires.isdigit() or int(expires) < time.time():
+    if not (expires.isascii() and expires.isdigit()) or int(expires) < time.time():
         return False
-    return hmac.compare_digest(_signature(key, job_id, int(expires)), sig)
+    expected = _signature(key, job_id, int(expires)).encode()
+    return hmac.compare_digest(expected, sig.encode("utf-8", "surrogatepass"))
 
 
 def _iso(stamp: float | None) -> str | None:

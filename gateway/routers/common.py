@@ -36,7 +36,7 @@ async def read_body(request: Request, cap: int) -> bytes:
     """Read the request body, refusing with 413 as soon as it exceeds ``cap`` bytes (the
     time bound is :class:`gateway.connections.BodyDeadlineMiddleware`'s)."""
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > cap:
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > cap:
         raise InputError(
             413,
             "too_large",

@@ -107,6 +107,9 @@ def test_result_urls_are_signed_and_expire() -> None:
     assert not check_result_signature(b"x" * 32, "job-1", query["expires"], query["sig"])
     past = str(int(time.time()) - 1)
     assert not check_result_signature(key, "job-1", past, query["sig"])
+    # what a fuzzer sent: a digit that int() refuses, a signature that is not ASCII
+    assert not check_result_signature(key, "job-1", "\u00b2", query["sig"])
+    assert not check_result_signature(key, "job-1", query["expires"], "\u00ae\u00a3\udcff")
 
 
 def _job(job_id: str, tenant: str, created: float) -> Job:

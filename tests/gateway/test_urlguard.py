@@ -180,7 +180,7 @@ def test_allow_entries():
     assert guard.refusal("fd00::1", ip("fd00::1"), 80) is not None
     assert parse_allow_entry("Files.Corp.").host == "files.corp"
     assert parse_allow_entry("0177.0.0.1").network == ipaddress.ip_network("127.0.0.1/32")
-    for bad in ("", "a b", "10.0.0.0/33", "host:0", "host:x", "[fd00::1"):
+    for bad in ("", "a b", "10.0.0.0/33", "host:0", "host:x", "host:\u00b2", "[fd00::1"):
         with pytest.raises(ValueError):
             parse_allow_entry(bad)
 
