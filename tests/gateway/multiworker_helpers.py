@@ -27,12 +27,14 @@ _RUNNING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 class GatewayProcess:
     """The gateway as ``python -m gateway`` runs it; port 0, read back from its log."""
 
-    def __init__(self, config_path: Path, log_path: Path, workers: int = 2) -> None:
+    def __init__(self, config_path: Path, log_path: Path, workers: int | None = 2) -> None:
+        """``workers`` None: the gateway's own default (one per core)."""
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        count = [] if workers is None else ["--workers", str(workers)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "--config", str(config_path), "--host",
-             "127.0.0.1", "--port", "0", "--workers", str(workers), "--log-level", "info"],
+             "127.0.0.1", "--port", "0", *count, "--log-level", "info"],
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.port = self._wait_port()
@@ -93,6 +95,11 @@ class GatewayProcess:
             with open(f"/proc/{self.proc.pid}/task/{task}/children") as handle:
                 out.extend(int(pid) for pid in handle.read().split())
         return out
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
 
     def terminate(self, timeout: float = 30.0) -> int:
         self.proc.send_signal(signal.SIGTERM)

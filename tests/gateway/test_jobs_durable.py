@@ -5,21 +5,15 @@ processes on one store share the work, each slice done once."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.doubles.paddlex_double import DoubleFleet
-from tests.doubles.servers import bind_loopback
 from tests.gateway.jobs_helpers import (
     AUTH,
     jobs_config,
@@ -29,50 +23,7 @@ from tests.gateway.jobs_helpers import (
     source_page,
     wait_job,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class GatewayProcess:
-    """``python -m gateway`` in a child process on a loopback port."""
-
-    def __init__(self, config_path: Path, log_path: Path) -> None:
-        sock = bind_loopback(0)
-        self.port = sock.getsockname()[1]
-        sock.close()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--config", str(config_path), "--host",
-             "127.0.0.1", "--port", str(self.port), "--no-access-log"],
-            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        self.client = httpx.Client(base_url=self.url, timeout=30, trust_env=False)
-        deadline = time.monotonic() + 30
-        while True:
-            assert self.proc.poll() is None, f"gateway exited: {log_path.read_text()[-2000:]}"
-            try:
-                if self.client.get("/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "gateway did not start"
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        self.client.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
+from tests.gateway.multiworker_helpers import GatewayProcess
 
 
 @pytest.fixture
@@ -105,7 +56,7 @@ def test_killed_gateway_resumes_the_job_on_restart(
 ) -> None:
     with DoubleFleet(3, per_page_s=0.1) as fleet:
         config = _write_config(tmp_path, fleet)
-        first = GatewayProcess(config, tmp_path / "gw1.log")
+        first = GatewayProcess(config, tmp_path / "gw1.log", workers=None)
         processes.append(first)
         answer = first.client.post(
             "/api/v2/ocr/jobs", headers=AUTH, files={"file": ("d.pdf", numbered_pdf(36))}
@@ -127,7 +78,7 @@ def test_killed_gateway_resumes_the_job_on_restart(
         assert done_before and extracted < 36
         seen_before = [len(d.layout_requests()) for d in fleet]
 
-        second = GatewayProcess(config, tmp_path / "gw2.log")
+        second = GatewayProcess(config, tmp_path / "gw2.log", workers=None)
         processes.append(second)
         data = wait_job(second.client, job_id, limit_s=120)
         assert data["state"] == "done", data
@@ -144,8 +95,8 @@ def test_killed_gateway_resumes_the_job_on_restart(
 def test_two_processes_share_one_store(tmp_path: Path, processes: list[GatewayProcess]) -> None:
     with DoubleFleet(3, per_page_s=0.02) as fleet:
         config = _write_config(tmp_path, fleet)
-        a = GatewayProcess(config, tmp_path / "a.log")
-        b = GatewayProcess(config, tmp_path / "b.log")
+        a = GatewayProcess(config, tmp_path / "a.log", workers=None)
+        b = GatewayProcess(config, tmp_path / "b.log", workers=None)
         processes.extend([a, b])
         ids = [
             gw.client.post(
