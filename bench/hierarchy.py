@@ -65,6 +65,7 @@ from bench.procs import (
     gateway_config,
     start_fleet,
     start_gateway,
+    stop_process,
     tmpdir,
 )
 from bench.report import Report, Table, fmt_percentile, print_console, render_markdown
@@ -152,13 +153,7 @@ class HaproxyProc:
     log_path: Path
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 async def start_haproxy(spec: HaproxySpec, workdir: Path, tag: str) -> HaproxyProc:

@@ -127,13 +127,18 @@ class FleetProc:
         return (await self.admin("/_admin/stats"))["instances"]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM, and SIGKILL if ``proc`` is still there after ``grace_s``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def start_fleet(spec: FleetSpec) -> FleetProc:
