@@ -295,6 +295,20 @@ class _Base:
     def _target(self, path: str) -> str:
         return path if path.startswith(("http://", "https://")) else self.url + path
 
+    def _request_of(
+        self,
+        http: httpx.Client | httpx.AsyncClient,
+        method: str,
+        path: str,
+        auth: bool,
+        kw: dict[str, Any],
+    ) -> httpx.Request:
+        """The request `call` sends (without ``Authorization`` when not ``auth``)."""
+        request = http.build_request(method, self._target(path), **kw)
+        if not auth:
+            request.headers.pop("authorization", None)
+        return request
+
 
 @dataclass(frozen=True)
 class _Wait:
@@ -356,9 +370,7 @@ class Client(_Base):
         while True:
             attempt += 1
             try:
-                request = self._http.build_request(method, self._target(path), **kw)
-                if not auth:
-                    request.headers.pop("authorization", None)
+                request = self._request_of(self._http, method, path, auth, kw)
                 answer: httpx.Response | httpx.TransportError = self._http.send(request)
             except httpx.TransportError as e:
                 answer = e
@@ -439,9 +451,7 @@ class AsyncClient(_Base):
         while True:
             attempt += 1
             try:
-                request = self._http.build_request(method, self._target(path), **kw)
-                if not auth:
-                    request.headers.pop("authorization", None)
+                request = self._request_of(self._http, method, path, auth, kw)
                 answer: httpx.Response | httpx.TransportError = await self._http.send(request)
             except httpx.TransportError as e:
                 answer = e
