@@ -13,17 +13,20 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.gateway.test_settings import SEED_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_bad_config_exits_naming_the_key(tmp_path):
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one process", "2 workers"])
+def test_bad_config_exits_naming_the_key(tmp_path, workers):
+    """With workers, the config is refused before anything is forked."""
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"load_balance": {"mode": "weighted"}}))
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway", "--config", str(path)],
+        [sys.executable, "-m", "gateway", "--config", str(path), *workers],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -209,19 +209,6 @@ def test_bad_worker_count_is_refused(tmp_path: Path) -> None:
         assert "must be a whole number from 1 to" in proc.stderr
 
 
-def test_bad_config_is_refused_before_forking(tmp_path: Path) -> None:
-    config = _write(tmp_path, {"load_balance": {"mode": "weighted"}})
-    proc = subprocess.run(
-        [sys.executable, "-m", "gateway", "--config", str(config), "--workers", "2"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=30,
-    )
-    assert proc.returncode == 2
-    assert "load_balance.mode: unknown mode 'weighted'" in proc.stderr
-
-
 def test_jobs_with_two_workers(tmp_path: Path) -> None:
     with DoubleFleet(3, per_page_s=0.01) as fleet:
         config = _write(tmp_path, jobs_config(fleet.urls, tmp_path / "jobs"))
