@@ -227,8 +227,10 @@ async def resolve_input(
     client: httpx.AsyncClient,
     guard: UrlGuard | None = None,
     inspector: DocumentInspector | None = None,
+    lifted: Document | None = None,
 ) -> Document:
-    """Turn the ``/ocr`` JSON sources (exactly one set) into a :class:`Document`."""
+    """Turn the ``/ocr`` JSON sources (exactly one set) into a :class:`Document`; ``lifted``:
+    the ``base64`` source's image, already checked from the body's bytes (``routers.ocr``)."""
     given = [name for name in SOURCE_FIELDS if sources.get(name) is not None]
     if len(given) != 1:
         got = ", ".join(given) if given else "none"
@@ -238,6 +240,8 @@ async def resolve_input(
             f"exactly one of {', '.join(SOURCE_FIELDS)} is required (got: {got})",
         )
     name = given[0]
+    if name == "base64" and lifted is not None:
+        return lifted
     value = sources[name]
     if not isinstance(value, str):
         raise InputError(400, "invalid_request", f"{name}: must be a string")

@@ -29,6 +29,7 @@ from gateway.documents import SOURCE_FIELDS, resolve_input
 from gateway.errors import error_response, gateway_error_response, request_context
 from gateway.fanout import ocr_pdf_fanned_out, should_fan_out
 from gateway.inputs import Document, InputError, plain_base64_image
+from gateway.jsonfast import RawString
 from gateway.postprocess import postprocess
 from gateway.routers.common import read_body, runtime_of
 from gateway.runtime import Runtime
@@ -114,15 +115,18 @@ async def _ocr_route(
         return gateway_error_response(exc, rid)
 
 
-def parse_json_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or InputError 400."""
+def parse_json_object(
+    body: bytes, lift: str | None = None
+) -> tuple[dict[str, Any], RawString | None]:
+    """The body as a JSON object, or InputError 400; with ``lift``, that key's large string
+    left unparsed and given apart (:func:`gateway.jsonfast.loads_lifting`)."""
     try:
-        payload = jsonfast.loads(body)
+        payload, raw = jsonfast.loads_lifting(body, lift) if lift else (jsonfast.loads(body), None)
     except ValueError as exc:
         raise InputError(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise InputError(400, "invalid_request", "request body must be a JSON object")
-    return payload
+    return payload, raw
 
 
 async def _json_document(
@@ -136,30 +140,28 @@ async def _json_document(
     except ValidationError as exc:
         raise InputError(400, "invalid_request", validation_message(exc)) from None
     sources = {name: getattr(parsed, name) for name in SOURCE_FIELDS}
-    if doc is None or any(sources[name] is not None for name in SOURCE_FIELDS if name != "base64"):
-        doc = await resolve_input(
-            sources, settings.input, runtime.fetch_client(), runtime.url_guard, runtime.inspector
-        )
+    doc = await resolve_input(
+        sources,
+        settings.input,
+        runtime.fetch_client(),
+        runtime.url_guard,
+        runtime.inspector,
+        lifted=doc,
+    )
     return doc, parsed.options
 
 
 def _lifted_image(body: bytes, settings: Settings) -> tuple[dict[str, Any], Document | None]:
     """The body as a JSON object and, when its ``base64`` is a large plain base64 image, that
     image, read without parsing it into a ``str`` (:func:`gateway.jsonfast.loads_lifting`);
-    anything else is parsed whole (:func:`parse_json_object`) and left to
-    :func:`resolve_input`."""
-    try:
-        payload, raw = jsonfast.loads_lifting(body, "base64")
-    except ValueError:
-        return parse_json_object(body), None
-    if raw is not None:
-        doc = plain_base64_image(raw, settings.input)
-        if doc is not None:
-            return payload, doc
-        payload = parse_json_object(body)
-    if not isinstance(payload, dict):
-        return parse_json_object(body), None
-    return payload, None
+    anything else is parsed whole and left to :func:`resolve_input`."""
+    payload, raw = parse_json_object(body, lift="base64")
+    if raw is None:
+        return payload, None
+    doc = plain_base64_image(raw, settings.input)
+    if doc is None:
+        payload, _ = parse_json_object(body)
+    return payload, doc
 
 
 async def _uploaded_document(
