@@ -135,12 +135,15 @@ def docker(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
 
 
-def container_ids() -> dict[str, str]:
-    """Name -> id of every container the fleet's labels mark."""
-    listed = docker(
-        "ps", "-a", "--filter", f"label={STACK_LABEL}", "--format", "{{.Names}} {{.ID}}"
-    )
+def labelled_containers(label: str) -> dict[str, str]:
+    """Name -> id of every container marked with ``label``."""
+    listed = docker("ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}} {{.ID}}")
     return dict(line.split() for line in listed.stdout.splitlines())
+
+
+def container_ids() -> dict[str, str]:
+    """Name -> id of every container of this module's stack."""
+    return labelled_containers(STACK_LABEL)
 
 
 def _ports_holders() -> list[str]:

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +23,13 @@ import pytest
 from components.plan import FleetPlan, build_plan
 from components.settings import load_settings
 from tests.e2e.pulumi_stack import PulumiStack, changed
-from tests.e2e.test_fleet_on_docker import png_bytes, temp_model_dir, vllm_port_named_in
+from tests.e2e.test_fleet_on_docker import (
+    docker,
+    labelled_containers,
+    png_bytes,
+    temp_model_dir,
+    vllm_port_named_in,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -38,15 +43,9 @@ USER = {"Authorization": f"Bearer {TOKEN}"}
 BALANCER = {"port": BALANCER_PORT, "containerName": BALANCER_NAME, "checkIntervalS": 1}
 
 
-def docker(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
-
-
 def container_ids() -> dict[str, str]:
-    listed = docker(
-        "ps", "-a", "--filter", f"label={STACK_LABEL}", "--format", "{{.Names}} {{.ID}}"
-    )
-    return dict(line.split() for line in listed.stdout.splitlines())
+    """Name -> id of every container of this module's stack."""
+    return labelled_containers(STACK_LABEL)
 
 
 class Stack:

@@ -6,7 +6,6 @@ is checked against PaddleX's own ``concatenatePages``, not against our double.""
 from __future__ import annotations
 
 import base64
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from tests.gateway.conftest import RunningGateway, gateway_config
 from tests.sim.helpers import (
     Processes,
     free_port,
-    paddlex_python,
+    paddlex_python_or_skip,
     pdf_b64,
     pipeline_config,
     wait_http_ok,
@@ -32,12 +31,7 @@ SERVING = {"visualize": False, "extra": {"max_num_input_imgs": None}}
 @pytest.fixture(scope="module")
 def genuine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One vLLM simulator and one genuine PaddleX app bound to it."""
-    python = paddlex_python()
-    if python is None:
-        message = "the genuine PaddleX app needs `pip install -e '.[sim]'`"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    python = paddlex_python_or_skip("the genuine PaddleX app needs `pip install -e '.[sim]'`")
     tmp = tmp_path_factory.mktemp("genuine-jobs")
     procs = Processes(tmp)
     try:

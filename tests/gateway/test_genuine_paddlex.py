@@ -5,7 +5,6 @@ pipeline config the fleet renders. This is the real wire protocol, not our doubl
 from __future__ import annotations
 
 import base64
-import os
 from collections.abc import Iterator
 
 import httpx
@@ -18,7 +17,14 @@ from components.settings import load_settings
 from gateway.app import create_app
 from gateway.settings import parse_settings
 from tests.gateway.conftest import RunningGateway, gateway_config
-from tests.sim.helpers import Processes, free_port, paddlex_python, pdf_b64, png_b64, wait_http_ok
+from tests.sim.helpers import (
+    Processes,
+    free_port,
+    paddlex_python_or_skip,
+    pdf_b64,
+    png_b64,
+    wait_http_ok,
+)
 
 
 class GenuineStack:
@@ -77,12 +83,7 @@ class GenuineStack:
 
 @pytest.fixture(scope="module")
 def genuine(tmp_path_factory) -> Iterator[GenuineStack]:
-    python = paddlex_python()
-    if python is None:
-        message = "the genuine PaddleX app needs `pip install -e '.[sim]'`"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    python = paddlex_python_or_skip("the genuine PaddleX app needs `pip install -e '.[sim]'`")
     tmp_path = tmp_path_factory.mktemp("genuine")
     procs = Processes(tmp_path)
     try:

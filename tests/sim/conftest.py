@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,22 +9,16 @@ from typing import Any
 import pytest
 import yaml
 
-from .helpers import Processes, paddlex_python
+from .helpers import Processes, paddlex_python_or_skip
 
 
 @pytest.fixture(scope="session")
 def px_python() -> str:
     """Interpreter for `python -m sim.paddlex`; skip (fail under CI) when PaddleX is missing."""
-    python = paddlex_python()
-    if python is None:
-        message = (
-            "the PaddleX simulator needs `pip install -r sim/paddlex/requirements.txt` in this "
-            "venv, or PADDLEX_SIM_PYTHON=<python with it>"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
+    return paddlex_python_or_skip(
+        "the PaddleX simulator needs `pip install -r sim/paddlex/requirements.txt` in this "
+        "venv, or PADDLEX_SIM_PYTHON=<python with it>"
+    )
 
 
 @pytest.fixture

@@ -175,3 +175,13 @@ def pdf_b64(pages: int) -> str:
     buf = io.BytesIO()
     images[0].save(buf, "PDF", save_all=True, append_images=images[1:], resolution=72)
     return base64.b64encode(buf.getvalue()).decode()
+
+
+def paddlex_python_or_skip(message: str) -> str:
+    """:func:`paddlex_python`, else skip with ``message`` (fail under CI, where it must run)."""
+    python = paddlex_python()
+    if python is None:
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
