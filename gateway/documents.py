@@ -17,13 +17,13 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import logging
 import urllib.parse
 from pathlib import Path
 
 import httpx
+import pybase64
 
 from gateway.inputs import (
     Document,
@@ -73,7 +73,7 @@ def decode_base64(value: str, field: str = "base64") -> bytes:
         compact = compact.replace("-", "+").replace("_", "/")
     compact += "=" * (-len(compact) % 4)
     try:
-        return base64.b64decode(compact, validate=True)
+        return pybase64.b64decode(compact, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise InputError(400, "invalid_base64", f"{field}: not valid base64 ({exc})") from None
 

@@ -21,7 +21,6 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import io
 import math
@@ -29,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pikepdf
+import pybase64
 
 from gateway.attempts import Attempt, GatewayError, UpstreamFailure
 from gateway.inputs import Document
@@ -152,7 +152,7 @@ async def _run_slice(
     attempts: list[Attempt],
 ) -> list[dict[str, Any]]:
     data = await asyncio.to_thread(extract_pages, doc.data, positions)
-    body = layout_body(base64.b64encode(data).decode("ascii"), True, log_id, options)
+    body = layout_body(pybase64.b64encode_as_string(data), True, log_id, options)
     work = slice_work(body, positions, True)
     try:
         pages, _, tried = await proxy.run(settings, work, tenant=tenant)

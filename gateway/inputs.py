@@ -17,12 +17,13 @@ Usage::
 
 from __future__ import annotations
 
-import base64
 import binascii
 import io
 import logging
 import struct
 from typing import Any
+
+import pybase64
 
 from gateway.jsonfast import RawString
 from gateway.settings import InputSettings
@@ -75,8 +76,8 @@ class Document:
         if self._data is None:
             encoded = self._encoded
             assert encoded is not None
-            self._data = binascii.a2b_base64(
-                encoded.data if isinstance(encoded, RawString) else encoded
+            self._data = pybase64.b64decode(
+                encoded.data if isinstance(encoded, RawString) else encoded, validate=True
             )
         return self._data
 
@@ -94,7 +95,7 @@ class Document:
         """:meth:`b64` for a JSON body: the caller's own bytes when it sent them so
         (:func:`gateway.jsonfast.dumps_parts` writes them as they are)."""
         if self._encoded is None:
-            self._encoded = base64.b64encode(self.data).decode("ascii")
+            self._encoded = pybase64.b64encode_as_string(self.data)
         return self._encoded
 
     def __eq__(self, other: object) -> bool:
@@ -115,41 +116,39 @@ class Document:
         return f"Document(kind={self.kind!r}, mime={self.mime!r}, pages={self.pages}, bytes={size})"
 
 
-_B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
-HEAD_B64_CHARS = (4096, 65536)  # decoded heads tried in turn for the type and dimensions
+HEAD_B64_CHARS = 4096  # decoded first, for the type
 
 
 def plain_base64_image(value: str | RawString, limits: InputSettings) -> Document | None:
-    """The image whose plain, canonical base64 ``value`` is, checked without decoding it
-    whole: the alphabet and padding over the whole text (at C speed), the type and dimensions
-    from a decoded head; over ``input.max_request_bytes`` decoded, a 413. None when it is
-    anything else (a PDF, a TIFF, whitespace, URL-safe or damaged base64, a header past the
-    head): the caller then decodes it whole."""
+    """The image whose plain, canonical base64 ``value`` is, checked and passed on as it came:
+    the type from a decoded head; over ``input.max_request_bytes`` decoded, a 413 before
+    anything else is decoded; then one strict decode of the whole text (SIMD, about 0.1 ms per
+    MB: the alphabet and the padding) for the dimensions. None when it is anything else (a
+    PDF, a TIFF, whitespace, URL-safe or damaged base64, an unreadable header): the caller then
+    decodes it whole and words the problem."""
     text = value.data if isinstance(value, RawString) else value
-    if not text.isascii() or len(text) % 4 or len(text) <= 4:
+    if len(text) % 4 or len(text) <= 4:
         return None
-    raw = text if isinstance(text, bytes) else text.encode("ascii")
-    padding = 2 if raw.endswith(b"==") else 1 if raw.endswith(b"=") else 0
-    if raw.translate(None, _B64_ALPHABET) or raw.find(b"=", 0, len(raw) - padding) >= 0:
+    try:
+        sniffed = sniff_type(pybase64.b64decode(text[:HEAD_B64_CHARS], validate=True))
+    except (binascii.Error, ValueError):
         return None
-    for chars in HEAD_B64_CHARS:
-        head = binascii.a2b_base64(raw[:chars])
-        sniffed = sniff_type(head)
-        if sniffed is None or sniffed[0] != "image" or sniffed[1] == "image/tiff":
-            return None
-        try:
-            check_image(head, sniffed[1], limits)
-        except InputError as exc:
-            if exc.status == 413:
-                raise
-            if chars >= len(raw):
-                return None
-            continue  # the header lies further in (or is damaged)
-        size, cap = len(raw) // 4 * 3, limits.max_request_bytes
-        if size > cap:
-            raise InputError(413, "too_large", f"document is about {size} bytes, limit {cap}")
-        return Document(kind="image", mime=sniffed[1], pages=1, encoded=value)
-    return None
+    if sniffed is None or sniffed[0] != "image" or sniffed[1] == "image/tiff":
+        return None
+    size, cap = len(text) // 4 * 3, limits.max_request_bytes
+    if size > cap:
+        raise InputError(413, "too_large", f"document is about {size} bytes, limit {cap}")
+    try:
+        data = pybase64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    try:
+        check_image(data, sniffed[1], limits)
+    except InputError as exc:
+        if exc.status == 413:
+            raise
+        return None
+    return Document(kind="image", mime=sniffed[1], pages=1, encoded=value)
 
 
 def sniff_type(data: bytes) -> tuple[str, str] | None:

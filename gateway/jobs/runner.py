@@ -32,7 +32,6 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
@@ -43,6 +42,8 @@ import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import pybase64
 
 from gateway.attempts import GatewayError, UpstreamClientError, UpstreamFailure
 from gateway.fanout import extract_slices, free_capacity, pages_label, plan_slices, slice_work
@@ -282,9 +283,9 @@ class JobRunner:
         job = claims[0].job
         data = self.store.input_path(job.id).read_bytes()
         if job.kind != "pdf":
-            return [base64.b64encode(data).decode("ascii")] * len(claims)
+            return [pybase64.b64encode_as_string(data)] * len(claims)
         parts = extract_slices(data, [job.pages[c.first : c.first + c.count] for c in claims])
-        return [base64.b64encode(part).decode("ascii") for part in parts]
+        return [pybase64.b64encode_as_string(part) for part in parts]
 
     async def _slice_attempt(
         self, claim: SliceClaim, file: str, upstream_done: Callable[[], None]

@@ -80,7 +80,7 @@ async def checked_layout_body(runtime: Runtime, settings: Settings, body: bytes)
         if payload.get("fileType") is None:
             payload["fileType"] = doc.file_type
         return jsonfast.dumps(payload)
-    if plain_base64_image(file, settings.input) is None:  # else checked without decoding
+    if plain_base64_image(file, settings.input) is None:  # else checked as it is
         await runtime.inspector.inspect(decode_base64(file, "file"), settings.input)
     return body
 
