@@ -11,7 +11,6 @@ them and they share the per-upstream occupancy (:mod:`gateway.supervisor`).
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -19,6 +18,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.connections import uvicorn_options
+from gateway.logs import configure_logging
 from gateway.memory import keep_large_buffers
 from gateway.settings import ConfigError, load_settings
 from gateway.supervisor import Supervisor, SupervisorOptions
@@ -75,13 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             workers = parse_workers(env) if env else default_workers()
         except argparse.ArgumentTypeError as exc:
             parser.error(f"GATEWAY_WORKERS {exc}")
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in ("httpx", "httpcore"):  # httpx logs every upstream call at INFO
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # the gateway's own access log (gateway.middleware) names the caller's token
-    logging.getLogger("gateway.access").disabled = args.no_access_log
+    configure_logging(args.log_level, access_log=not args.no_access_log)
     keep_large_buffers()
     if workers > 1:
         try:

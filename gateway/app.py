@@ -28,6 +28,7 @@ from gateway.connections import BodyDeadlineMiddleware
 from gateway.errors import error_response, gateway_error_response, install_exception_handlers
 from gateway.hot_path import GatewayApp
 from gateway.jobs import router as jobs_router
+from gateway.logs import flush_access_log
 from gateway.middleware import RequestContextMiddleware
 from gateway.occupancy import Seat
 from gateway.routers import admin, native, ocr
@@ -89,6 +90,7 @@ def create_app(
             yield
         finally:
             await runtime.stop()
+            flush_access_log()
 
     app = GatewayApp(
         title="paddleocr-fleet gateway",

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import http
 import json
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +37,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.utils import get_remote_addr
 
+from gateway.errors import fresh_request_id
 from gateway.inputs import InputError
 from gateway.settings import ServerSettings
 
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 LINGER_S = 2.0  # how long a refused connection's input is read and dropped before closing
 BACKSTOP_GRACE_S = 5.0  # after body_timeout_s, for the middleware's 408 to go out first
+BODY_HANDOFF_BYTES = 4 << 20  # the most body a connection holds before its app reads it
 
 
 class BodyTimeout(InputError):
@@ -71,16 +72,22 @@ class BodyDeadlineMiddleware:
         limit = self.timeout()
         deadline = asyncio.get_running_loop().time() + limit
         complete = False
+        # uvicorn's request cycle sets this event when a message waits: no timer is needed
+        cycle = getattr(receive, "__self__", None)
+        arrived: asyncio.Event | None = getattr(cycle, "message_event", None)
 
         async def timed_receive() -> Message:
             nonlocal complete
             if complete:  # after the body: waits for a disconnect are not bounded
                 return await receive()
-            try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
-                raise BodyTimeout(limit) from None
+            if arrived is not None and arrived.is_set():
+                message = await receive()
+            else:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        message = await receive()
+                except TimeoutError:
+                    raise BodyTimeout(limit) from None
             if message["type"] != "http.request" or not message.get("more_body", False):
                 complete = True
             return message
@@ -90,7 +97,7 @@ class BodyDeadlineMiddleware:
 
 def error_bytes(status: int, code: str, message: str, retry_after: int | None = None) -> bytes:
     """A whole HTTP/1.1 response with the gateway's JSON error body (connection: close)."""
-    rid = uuid.uuid4().hex
+    rid = fresh_request_id()
     body = json.dumps({"error": {"code": code, "message": message}, "request_id": rid}).encode()
     lines = [
         f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}",
@@ -348,6 +355,8 @@ class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
         self._body_done = False  # and its body
         self._head_tail = b""  # the last bytes of a head still arriving (to find its end)
         self._head_seen = 0
+        self._body_parts: list[bytes] = []  # body bytes not yet handed to the app
+        self._body_pending = 0
 
     def _awaiting_head(self) -> bool:
         return not self._head_done
@@ -377,13 +386,35 @@ class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_done, self._body_done = True, False
         self._head_tail, self._head_seen = b"", 0
+        self._body_parts, self._body_pending = [], 0
         previous = self.cycle
         super().on_headers_complete()
         if self.cycle is not None and self.cycle is not previous:  # its task has not run yet
             self.cycle.transport = _HeadWithBody(self.transport)  # type: ignore[assignment]
 
+    def on_body(self, body: bytes) -> None:
+        """Gather the body and hand it to the app in one piece (at its end, or every
+        :data:`BODY_HANDOFF_BYTES`), not in uvicorn's pieces of 64 KiB: one wake-up of the
+        request's task and one copy instead of one of each per piece read."""
+        cycle = self.cycle
+        if cycle.response_complete or (self.parser.should_upgrade() and self._should_upgrade()):
+            return
+        self._body_parts.append(body)
+        self._body_pending += len(body)
+        if self._body_pending >= BODY_HANDOFF_BYTES:
+            self._hand_body_off()
+            self.flow.pause_reading()
+
+    def _hand_body_off(self) -> None:
+        parts, self._body_parts, self._body_pending = self._body_parts, [], 0
+        if parts:
+            cycle = self.cycle
+            cycle.body = b"".join(parts) if not cycle.body else cycle.body + b"".join(parts)
+            cycle.message_event.set()
+
     def on_message_complete(self) -> None:
         self._body_done = True
+        self._hand_body_off()
         super().on_message_complete()
 
     def on_response_complete(self) -> None:

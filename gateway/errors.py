@@ -15,9 +15,11 @@ Usage::
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
+import secrets
 import time
-import uuid
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
@@ -49,7 +51,22 @@ def new_request_id(given: str | None) -> str:
     """The caller's ``X-Request-ID`` when it is short and printable, else a fresh one."""
     if given and len(given) <= 128 and given.isprintable() and given.isascii():
         return given
-    return uuid.uuid4().hex
+    return fresh_request_id()
+
+
+def fresh_request_id() -> str:
+    """32 hex digits, unique (not secret): this process's random prefix and a count."""
+    return f"{_ids.prefix}{next(_ids.count) & 0xFFFFFFFFFFFF:012x}"
+
+
+class _Ids:
+    def __init__(self) -> None:
+        self.prefix = secrets.token_hex(10)
+        self.count = itertools.count()
+
+
+_ids = _Ids()
+os.register_at_fork(after_in_child=_ids.__init__)  # each worker its own prefix
 
 
 def request_context(request: Request) -> RequestContext:

@@ -44,6 +44,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.logs import name_worker_in_logs
 from gateway.occupancy import Board, Seat
 
 log = logging.getLogger("gateway.supervisor")
@@ -108,9 +109,7 @@ def run_worker(index: int, sock: socket.socket, seat: Seat, options: SupervisorO
     from gateway.connections import uvicorn_options
     from gateway.settings import ConfigError
 
-    fmt = f"%(asctime)s %(levelname)s w{index} %(name)s: %(message)s"
-    for handler in logging.getLogger().handlers:
-        handler.setFormatter(logging.Formatter(fmt))
+    name_worker_in_logs(index)
     try:
         app = create_app(options.config_path, seat=seat)
     except ConfigError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.requests import ClientDisconnect
 
 from gateway.inputs import InputError
 from gateway.runtime import Runtime
@@ -44,7 +45,13 @@ async def read_body(request: Request, cap: int) -> bytes:
         )
     chunks: list[bytes] = []
     total = 0
-    async for chunk in request.stream():
+    more = True
+    while more:  # Request.stream(), without its async generator
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
+        more = message.get("more_body", False)
         total += len(chunk)
         if total > cap:
             raise InputError(

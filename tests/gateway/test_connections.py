@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import threading
+import time
 
 import pytest
 
+from gateway.connections import BODY_HANDOFF_BYTES, protocol_class
+from gateway.settings import ServerSettings
+from tests.doubles.servers import ServerThread
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, png_bytes
 from tests.waiting import wait_for
@@ -185,3 +190,51 @@ def test_malformed_and_oversized_requests_get_the_json_body(fleet, start_gateway
             "not_found",
             "method_not_allowed",
         )
+
+
+class BodyRecorder:
+    """An ASGI app that answers 200 after reading the whole body, noting each piece's size."""
+
+    def __init__(self) -> None:
+        self.pieces: list[list[int]] = []
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        sizes: list[int] = []
+        more = True
+        while more:
+            message = await receive()
+            sizes.append(len(message.get("body", b"")))
+            more = message.get("more_body", False)
+        self.pieces.append(sizes)
+        answer = str(sum(sizes)).encode()
+        headers = [(b"content-length", str(len(answer)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": answer})
+
+
+def send_in_pieces(port: int, body: bytes, piece: int, pause_s: float) -> bytes:
+    sock = connect(port)
+    with sock:
+        sock.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for at in range(0, len(body), piece):
+            sock.sendall(body[at : at + piece])
+            time.sleep(pause_s)
+        sock.shutdown(socket.SHUT_WR)
+        return read_all(sock)
+
+
+def test_the_body_reaches_the_app_in_one_piece_up_to_the_handoff_size():
+    app = BodyRecorder()
+    server = ServerThread(app, http=protocol_class(ServerSettings)).start()
+    try:
+        small = os.urandom(600_000)  # sent in 30 pieces with pauses: uvicorn hands over 30
+        assert send_in_pieces(server.port, small, 20_000, 0.002).endswith(b"600000")
+        large = os.urandom(BODY_HANDOFF_BYTES * 2 + 1000)
+        assert send_in_pieces(server.port, large, 1 << 20, 0).endswith(b"%d" % len(large))
+    finally:
+        server.stop()
+    assert app.pieces[0] == [600_000]
+    assert sum(app.pieces[1]) == len(large) and 2 <= len(app.pieces[1]) <= 3
+    assert all(size < BODY_HANDOFF_BYTES + (1 << 20) for size in app.pieces[1])

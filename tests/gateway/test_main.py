@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway.logs import ACCESS_LOGGER
 from tests.gateway.test_settings import SEED_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,9 +114,19 @@ def test_runs_with_seed_config_from_env(tmp_path):
         reader.join(10)
 
 
-def test_quiets_the_httpx_loggers(tmp_path, monkeypatch):
-    import logging
+@pytest.fixture
+def logging_restored():
+    """main() configures this process's logging; put it back for the tests that follow."""
+    root, access = logging.getLogger(), logging.getLogger(ACCESS_LOGGER)
+    level, handlers, access_handlers = root.level, root.handlers[:], access.handlers[:]
+    propagate, disabled = access.propagate, access.disabled
+    yield
+    root.handlers[:], access.handlers[:] = handlers, access_handlers
+    access.propagate, access.disabled = propagate, disabled
+    root.setLevel(level)
 
+
+def test_quiets_the_httpx_loggers(tmp_path, monkeypatch, logging_restored):
     import gateway.__main__ as entry
 
     path = tmp_path / "gateway.json"

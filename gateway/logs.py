@@ -1,0 +1,119 @@
+"""The gateway's logging: one format for every process, and an access log written in batches.
+
+The access log (``gateway.access``, one line per request, :mod:`gateway.middleware`) goes to
+standard error through a :class:`BatchedStreamHandler`: the lines of the last
+:data:`FLUSH_S` are written together in one ``write``, not one system call (and one pipe
+wake-up of the container runtime) per request. A normal exit and the app's shutdown flush them;
+a process killed with ``SIGKILL`` loses at most the last :data:`FLUSH_S` of access lines. The
+other loggers write each record at once.
+
+Usage::
+
+    configure_logging("info", access_log=True)            # python -m gateway
+    name_worker_in_logs(1)                                # in worker 1 of a supervisor
+    flush_access_log()                                    # at shutdown
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import TextIO
+
+FLUSH_S = 0.25
+BATCH_BYTES = 64 << 10  # written at once past this, without waiting for the timer
+ACCESS_LOGGER = "gateway.access"
+
+
+class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes its records in batches: every ``flush_s`` seconds (a
+    timer on the running event loop) or once ``batch_bytes`` wait, and at once where no
+    event loop runs (a record from a thread: it is written after the ones before it)."""
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        flush_s: float = FLUSH_S,
+        batch_bytes: int = BATCH_BYTES,
+    ) -> None:
+        super().__init__(stream)
+        self.flush_s = flush_s
+        self.batch_bytes = batch_bytes
+        self._lines: list[str] = []
+        self._size = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+        except Exception:
+            self.handleError(record)
+            return
+        self._lines.append(line)
+        self._size += len(line)
+        if self._size >= self.batch_bytes:
+            self.flush()
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        if self._timer is None or self._timer_loop is not loop:  # none yet, or a closed loop's
+            self._timer, self._timer_loop = loop.call_later(self.flush_s, self.flush), loop
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            lines, self._lines, self._size = self._lines, [], 0
+            if lines and self.stream is not None:
+                try:
+                    self.stream.write("".join(lines))
+                except (OSError, ValueError):  # a closed stream at exit
+                    return
+            super().flush()
+
+
+def log_format(worker: int | None = None) -> str:
+    """The line format; a supervisor's workers name themselves (``w1``)."""
+    who = f" w{worker}" if worker is not None else ""
+    return f"%(asctime)s %(levelname)s{who} %(name)s: %(message)s"
+
+
+def configure_logging(level: str, access_log: bool = True) -> None:
+    """Log at ``level`` to standard error (the access log batched, or off)."""
+    formatter = logging.Formatter(log_format())
+    root = logging.getLogger()
+    if not root.handlers:  # as logging.basicConfig: a host's own handlers stay as they are
+        stream = logging.StreamHandler(sys.stderr)
+        stream.setFormatter(formatter)
+        root.addHandler(stream)
+    root.setLevel(level.upper())
+    for noisy in ("httpx", "httpcore"):  # httpx logs every upstream call at INFO
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    access = logging.getLogger(ACCESS_LOGGER)
+    access.disabled = not access_log  # the lines name the caller's token (never the token)
+    for handler in access.handlers[:]:
+        access.removeHandler(handler)
+        handler.close()
+    batched = BatchedStreamHandler(sys.stderr)
+    batched.setFormatter(formatter)
+    access.addHandler(batched)
+    access.propagate = False
+
+
+def name_worker_in_logs(worker: int) -> None:
+    """Give every line of this (forked) process its worker's name."""
+    formatter = logging.Formatter(log_format(worker))
+    for handler in logging.getLogger().handlers + logging.getLogger(ACCESS_LOGGER).handlers:
+        handler.setFormatter(formatter)
+
+
+def flush_access_log() -> None:
+    """Write the access lines still waiting (the app's shutdown calls it)."""
+    for handler in logging.getLogger(ACCESS_LOGGER).handlers:
+        handler.flush()
