@@ -29,7 +29,6 @@ Usage::
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import logging
@@ -267,20 +266,35 @@ def _note(request: Request, principal: Principal) -> None:
     request_context(request).token = principal.name
 
 
-@contextlib.asynccontextmanager
-async def admitted(request: Request) -> AsyncIterator[Principal]:
-    """The caller of a document route (user or admin token), admitted to its quota and
-    released at the end; raises :class:`AccessError`. The hot routes use this directly rather
-    than as a FastAPI dependency, whose resolution costs more CPU than the rest of a
-    pass-through (their OpenAPI security is declared with :data:`BEARER_SECURITY`)."""
-    access = _access(request)
-    principal = access.authenticate(request.headers.get("authorization"), admin=False)
-    _note(request, principal)
-    access.admit(principal)
-    try:
-        yield principal
-    finally:
-        access.release(principal)
+def admitted(request: Request) -> _Admission:
+    """``async with admitted(request) as principal``: the caller of a document route (user or
+    admin token), admitted to its quota and released at the end; raises
+    :class:`AccessError`. The hot routes use this directly rather than as a FastAPI
+    dependency, whose resolution costs more CPU than the rest of a pass-through (their OpenAPI
+    security is declared with :data:`BEARER_SECURITY`)."""
+    return _Admission(request)
+
+
+class _Admission:
+    """:func:`admitted`'s context (a class: no generator per request, as
+    ``contextlib.asynccontextmanager`` makes)."""
+
+    __slots__ = ("_access", "_principal", "_request")
+
+    def __init__(self, request: Request) -> None:
+        self._request = request
+
+    async def __aenter__(self) -> Principal:
+        request = self._request
+        self._access = access = _access(request)
+        principal = access.authenticate(request.headers.get("authorization"), admin=False)
+        _note(request, principal)
+        access.admit(principal)
+        self._principal = principal
+        return principal
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._access.release(self._principal)
 
 
 BEARER_SECURITY: dict[str, list[dict[str, list[str]]]] = {"security": [{"HTTPBearer": []}]}

@@ -130,18 +130,21 @@ def plain_base64_image(value: str | RawString, limits: InputSettings) -> Documen
     if len(text) % 4 or len(text) <= 4:
         return None
     try:
-        sniffed = sniff_type(pybase64.b64decode(text[:HEAD_B64_CHARS], validate=True))
+        head = pybase64.b64decode(text[:HEAD_B64_CHARS], validate=True)
     except (binascii.Error, ValueError):
         return None
+    sniffed = sniff_type(head)
     if sniffed is None or sniffed[0] != "image" or sniffed[1] == "image/tiff":
         return None
     size, cap = len(text) // 4 * 3, limits.max_request_bytes
     if size > cap:
         raise InputError(413, "too_large", f"document is about {size} bytes, limit {cap}")
-    try:
-        data = pybase64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        return None
+    data = head
+    if len(text) > HEAD_B64_CHARS:
+        try:
+            data = pybase64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            return None
     try:
         check_image(data, sniffed[1], limits)
     except InputError as exc:

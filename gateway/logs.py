@@ -106,6 +106,12 @@ def configure_logging(level: str, access_log: bool = True) -> None:
     access.propagate = False
 
 
+def access_line(logger: logging.Logger, msg: str, *args: object) -> None:
+    """``logger.info(msg, *args)`` without the caller lookup (``Logger.info`` walks the
+    stack for a file and line that the access lines never show)."""
+    logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, msg, args, None))
+
+
 def name_worker_in_logs(worker: int) -> None:
     """Give every line of this (forked) process its worker's name."""
     formatter = logging.Formatter(log_format(worker))

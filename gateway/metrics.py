@@ -20,13 +20,13 @@ Gauges that mirror pool state are refreshed at scrape time by :meth:`GatewayMetr
 Usage::
 
     metrics = GatewayMetrics()
-    metrics.upstream_rq_total.labels(upstream=url, outcome="success").inc()
+    metrics.attempt_done(url, "success", 0.8)        # an upstream attempt; request_done: a request
     body, content_type = metrics.render(pool)
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -171,6 +171,27 @@ class GatewayMetrics:
         self.config_reloads = Counter(
             "gateway_config_reloads_total", "Config reloads by result", ["result"], registry=r
         )
+        # the labelled series of every request, looked up once: prometheus_client's labels()
+        # takes a lock and builds its key on each call (these series are never cleared)
+        self._series: dict[tuple[object, ...], Any] = {}
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        key = (id(metric), *values)
+        child = self._series.get(key)
+        if child is None:
+            child = self._series[key] = metric.labels(*values)
+        return child
+
+    def request_done(self, route: str, status: int, token: str, elapsed_s: float) -> None:
+        """Count one answered request and its latency."""
+        self._child(self.requests_total, route, str(status), token).inc()
+        self._child(self.request_duration, route).observe(elapsed_s)
+
+    def attempt_done(self, upstream: str, outcome: str, latency_s: float) -> None:
+        """Count one upstream attempt by outcome, and its latency unless it was cancelled."""
+        self._child(self.upstream_rq_total, upstream, outcome).inc()
+        if outcome != "cancelled":
+            self._child(self.upstream_rq_duration, upstream).observe(latency_s)
 
     def refresh(self, pool: UpstreamPool) -> None:
         """Copy pool state into the gauges (labels of removed upstreams disappear)."""

@@ -19,11 +19,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import RequestContext, new_request_id
+from gateway.logs import access_line
 
 if TYPE_CHECKING:
     from gateway.runtime import Runtime
@@ -45,22 +46,6 @@ class RequestContextMiddleware:
         self.app = app
         self.runtime = runtime
         self.routes = frozenset(routes)
-        # the labelled series, looked up once (prometheus_client's labels() takes a lock)
-        self._counted: dict[tuple[str, int, str], Any] = {}
-        self._timed: dict[str, Any] = {}
-
-    def _count(self, route: str, status: int, token: str, elapsed: float) -> None:
-        key = (route, status, token)
-        counter = self._counted.get(key)
-        if counter is None:
-            metrics = self.runtime.metrics
-            counter = metrics.requests_total.labels(route=route, code=str(status), token=token)
-            self._counted[key] = counter
-        counter.inc()
-        timer = self._timed.get(route)
-        if timer is None:
-            timer = self._timed[route] = self.runtime.metrics.request_duration.labels(route=route)
-        timer.observe(elapsed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -86,11 +71,12 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send_wrapper)
         finally:
             elapsed = time.perf_counter() - context.started
-            self._count(route, status, context.token, elapsed)
+            self.runtime.metrics.request_done(route, status, context.token, elapsed)
             if access_log.isEnabledFor(logging.INFO):
                 client = scope.get("client")
                 peer = f"{client[0]}:{client[1]}" if client else "-"
-                access_log.info(
+                access_line(
+                    access_log,
                     '%s "%s %s HTTP/%s" %d token=%s rid=%s %.1fms',
                     peer,
                     scope.get("method", "-"),

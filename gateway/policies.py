@@ -2,14 +2,14 @@
 
 A policy picks one upstream among ``candidates`` (already filtered for health, tried
 upstreams and, in ``queue`` mode, free capacity). Load-aware policies compare
-``load_key(upstream)``: the gateway's in-flight count first, then (topology-aware) the
-in-flight totals of the upstream's vLLM, card and host, so among equally loaded instances the
-one on the least busy vLLM/card wins.
+the keys ``load_keys(candidates)`` gives, one per candidate: the gateway's in-flight count
+first, then (topology-aware) the in-flight totals of the upstream's vLLM, card and host, so
+among equally loaded instances the one on the least busy vLLM/card wins.
 
 Usage::
 
     policy = make_policy("p2c", rng=random.Random(1))
-    chosen = policy.choose(candidates, order=pool.upstreams, load_key=key)
+    chosen = policy.choose(candidates, order=pool.upstreams, load_keys=keys)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 T = TypeVar("T")
-LoadKey = Callable[[T], tuple[float, ...]]
+LoadKeys = Callable[[Sequence[T]], list[tuple[float, ...]]]
 
 
 class Policy(Protocol):
@@ -28,11 +28,11 @@ class Policy(Protocol):
     name: str
     uses_queue: bool
 
-    def choose(self, candidates: Sequence[T], order: Sequence[T], load_key: LoadKey) -> T: ...
+    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys) -> T: ...
 
 
-def _least(candidates: Sequence[T], load_key: LoadKey, rng: random.Random) -> T:
-    keys = list(map(load_key, candidates))
+def _least(candidates: Sequence[T], load_keys: LoadKeys, rng: random.Random) -> T:
+    keys = load_keys(candidates)
     best_key = min(keys)
     best = [item for item, key in zip(candidates, keys, strict=True) if key == best_key]
     return best[0] if len(best) == 1 else rng.choice(best)
@@ -47,7 +47,7 @@ class RoundRobinPolicy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._cursor = 0
 
-    def choose(self, candidates: Sequence[T], order: Sequence[T], load_key: LoadKey) -> T:
+    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys) -> T:
         allowed = {id(c) for c in candidates}
         n = len(order)
         for step in range(n):
@@ -67,7 +67,7 @@ class RandomPolicy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def choose(self, candidates: Sequence[T], order: Sequence[T], load_key: LoadKey) -> T:
+    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys) -> T:
         return self._rng.choice(list(candidates))
 
 
@@ -80,8 +80,8 @@ class LeastInflightPolicy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def choose(self, candidates: Sequence[T], order: Sequence[T], load_key: LoadKey) -> T:
-        return _least(candidates, load_key, self._rng)
+    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys) -> T:
+        return _least(candidates, load_keys, self._rng)
 
 
 class P2CPolicy:
@@ -93,10 +93,10 @@ class P2CPolicy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def choose(self, candidates: Sequence[T], order: Sequence[T], load_key: LoadKey) -> T:
+    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys) -> T:
         if len(candidates) <= 2:
-            return _least(candidates, load_key, self._rng)
-        return _least(self._rng.sample(list(candidates), 2), load_key, self._rng)
+            return _least(candidates, load_keys, self._rng)
+        return _least(self._rng.sample(list(candidates), 2), load_keys, self._rng)
 
 
 class QueuePolicy(LeastInflightPolicy):

@@ -32,7 +32,7 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Hashable, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -83,6 +83,7 @@ class UpstreamPool(PoolHealth):
         self.handoff = None if seat is None else Handoff(seat, clock, self.kick)
         # attempts in flight at an upstream: this process's, or all workers'
         self._count: Callable[[Upstream], int] = attrgetter("in_flight")
+        self._load: dict[Hashable, int] = {}  # this process's leases per place (_places)
         if self.handoff is not None:
             self._count = self.handoff.count
             self.queue.on_change = self._publish
@@ -154,39 +155,41 @@ class UpstreamPool(PoolHealth):
             return list(self.upstreams), True
         return healthy, False
 
-    def _load_key(self) -> Callable[[Upstream], tuple[float, ...]]:
-        """The sort key among candidates: in-flight count, then (``queue`` mode) the speed
-        class, then (topology-aware) the in-flight totals of the vLLM, card and host."""
+    def _load_keys(self, candidates: Sequence[Upstream]) -> list[tuple[float, ...]]:
+        """The sort key of each candidate: in-flight count, then (``queue`` mode) the speed
+        class, then (topology-aware) the in-flight totals of its vLLM, card and host."""
         count = self._count
         classes = self._speed_classes() if self.policy.uses_queue else {}
         if not self.settings.load_balance.topology_aware:
             if not self.policy.uses_queue:
-                return lambda u: (count(u),)
-            return lambda u: (count(u), classes.get(u.spec.url, 0))
-        vllm: dict[Any, int] = {}
-        card: dict[Any, int] = {}
-        host: dict[Any, int] = {}
-        for u in self.upstreams:
-            n = count(u)
-            if n:
-                s = u.spec
-                vllm[s.vllm] = vllm.get(s.vllm, 0) + n
-                card[s.host, s.card] = card.get((s.host, s.card), 0) + n
-                host[s.host] = host.get(s.host, 0) + n
-        if not vllm:  # nothing in flight anywhere: every topology total is 0
-            return lambda u: (count(u), classes.get(u.spec.url, 0))
-
-        def key(u: Upstream) -> tuple[float, ...]:
-            s = u.spec
-            return (
+                return [(count(u),) for u in candidates]
+            return [(count(u), classes.get(u.spec.url, 0)) for u in candidates]
+        load = self._places_load()
+        if not load:  # nothing in flight anywhere: every topology total is 0
+            return [(count(u), classes.get(u.spec.url, 0)) for u in candidates]
+        return [
+            (
                 count(u),
-                classes.get(s.url, 0),
-                vllm.get(s.vllm, 0) if s.vllm is not None else 0,
-                card.get((s.host, s.card), 0) if s.card is not None else 0,
-                host.get(s.host, 0) if s.host is not None else 0,
+                classes.get((s := u.spec).url, 0),
+                load.get(("vllm", s.vllm), 0) if s.vllm is not None else 0,
+                load.get(("card", s.host, s.card), 0) if s.card is not None else 0,
+                load.get(("host", s.host), 0) if s.host is not None else 0,
             )
+            for u in candidates
+        ]
 
-        return key
+    def _places_load(self) -> dict[Hashable, int]:
+        """Attempts in flight per vLLM, card and host (keys of :func:`_places`): kept up to
+        date by the leases of this process, or summed over the workers' shared table."""
+        if self.handoff is None:
+            return self._load
+        load: dict[Hashable, int] = {}
+        count = self._count
+        for u in self.upstreams:
+            if n := count(u):
+                for place in _places(u):
+                    load[place] = load.get(place, 0) + n
+        return load
 
     def _speed_classes(self) -> dict[str, int]:
         """Each upstream's service time as a class, ``round(log2(service / average))``, for
@@ -228,14 +231,25 @@ class UpstreamPool(PoolHealth):
     # ----------------------------------------------------------------- leases
     def _lease(self, upstream: Upstream, queued_s: float = 0.0, limited: bool = True) -> Lease:
         upstream.in_flight += 1
+        places = _places(upstream)
         if self.handoff is not None:
             self.handoff.seat.add(upstream.slot, 1)
-        lease = Lease(upstream=upstream, started=self._clock(), queued_s=queued_s, limited=limited)
+        else:
+            load = self._load
+            for place in places:
+                load[place] = load.get(place, 0) + 1
+        lease = Lease(
+            upstream=upstream,
+            started=self._clock(),
+            queued_s=queued_s,
+            limited=limited,
+            places=places,
+        )
         upstream.leases.add(lease)
         return lease
 
     def _choose(self, candidates: list[Upstream]) -> Upstream:
-        return self.policy.choose(candidates, self.upstreams, self._load_key())
+        return self.policy.choose(candidates, self.upstreams, self._load_keys)
 
     async def acquire(
         self,
@@ -259,7 +273,7 @@ class UpstreamPool(PoolHealth):
         self._dispatch()
         eligible, _ = self.eligible()
         excluded = frozenset(exclude)
-        candidates = [u for u in eligible if u.url not in excluded]
+        candidates = [u for u in eligible if u.spec.url not in excluded] if excluded else eligible
         if not candidates:
             if not self.upstreams:
                 raise NoUpstreamAvailable("no upstreams configured")
@@ -382,6 +396,13 @@ class UpstreamPool(PoolHealth):
         u.in_flight = max(0, u.in_flight - 1)
         if self.handoff is not None:
             self.handoff.seat.add(u.slot, -1)
+        else:
+            load = self._load
+            for place in lease.places:
+                if (left := load.get(place, 0) - 1) > 0:
+                    load[place] = left
+                else:
+                    load.pop(place, None)
         u.outcomes[outcome] += 1
         now = self._clock()
         if outcome in GOOD_OUTCOMES:
@@ -406,9 +427,7 @@ class UpstreamPool(PoolHealth):
         elif error:
             u.last_error = error
         if self.metrics is not None:
-            self.metrics.upstream_rq_total.labels(upstream=u.url, outcome=outcome).inc()
-            if outcome != "cancelled":
-                self.metrics.upstream_rq_duration.labels(upstream=u.url).observe(latency_s)
+            self.metrics.attempt_done(u.spec.url, outcome, latency_s)
         self._dispatch(released=u)
 
     # ----------------------------------------------------------------- retry budget
@@ -502,3 +521,16 @@ class UpstreamPool(PoolHealth):
                 "queue_depth": seat.waiting_per_worker(),
             }
         return doc
+
+
+def _places(u: Upstream) -> tuple[Hashable, ...]:
+    """The vLLM, card and host whose load an attempt at ``u`` adds to (those it names)."""
+    s = u.spec
+    places: list[Hashable] = []
+    if s.vllm is not None:
+        places.append(("vllm", s.vllm))
+    if s.card is not None:
+        places.append(("card", s.host, s.card))
+    if s.host is not None:
+        places.append(("host", s.host))
+    return tuple(places)

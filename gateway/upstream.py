@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from gateway.settings import UpstreamSpec
@@ -112,6 +112,7 @@ class Lease:
     cancel: Callable[[], None] | None = None  # set by the proxy while the attempt runs
     rescued: str | None = None  # why the pool cancelled the attempt (upstream stuck)
     free_retry: bool = False  # the next attempt of this request costs no retry budget
+    places: tuple[Hashable, ...] = ()  # the vLLM, card and host it loads (UpstreamPool)
 
     def abort(self, reason: str) -> None:
         """Cancel the running attempt because its upstream is stuck (idempotent)."""

@@ -1,10 +1,13 @@
-"""What the routers share: the runtime as a dependency, and reading a bounded body.
+"""What the routers share: the runtime as a dependency, reading a bounded body, and the
+answer of a hot route.
 
 Usage::
 
     async def route(request: Request, runtime: RuntimeDep) -> Response:   # a FastAPI route
         body = await read_body(request, runtime.settings.input.max_request_bytes)
     runtime = runtime_of(request)                                          # a hot route
+    return RawResponse(body, 200, [(b"content-type", b"application/json")])
+    return json_answer({"text": "..."}, request_id)
 """
 
 from __future__ import annotations
@@ -13,9 +16,33 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 
+from gateway import jsonfast
 from gateway.inputs import InputError
 from gateway.runtime import Runtime
+
+JSON_TYPE = (b"content-type", b"application/json")
+
+
+class RawResponse(Response):
+    """A response whose headers come as raw ``(name, value)`` pairs, lower-case, as ASGI sends
+    them: starlette's ``Response`` lower-cases and encodes every header of every answer.
+    ``content-length`` is added here."""
+
+    def __init__(
+        self, body: bytes, status_code: int = 200, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        self.status_code = status_code
+        self.body = body
+        self.background = None
+        self.raw_headers = [*(headers or ()), (b"content-length", b"%d" % len(body))]
+
+
+def json_answer(content: object, request_id: str, status_code: int = 200) -> RawResponse:
+    """``content`` as JSON (orjson) with its ``X-Request-ID``."""
+    headers = [JSON_TYPE, (b"x-request-id", request_id.encode("latin-1"))]
+    return RawResponse(jsonfast.dumps(content), status_code, headers)
 
 
 async def get_runtime(request: Request) -> Runtime:

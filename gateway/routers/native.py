@@ -26,7 +26,7 @@ from gateway.attempts import GatewayError, UpstreamClientError
 from gateway.documents import decode_base64, fetch_url
 from gateway.errors import error_body, error_response, gateway_error_response, request_context
 from gateway.inputs import InputError, plain_base64_image
-from gateway.routers.common import read_body, runtime_of
+from gateway.routers.common import RawResponse, read_body, runtime_of
 from gateway.runtime import Runtime
 from gateway.schemas import (
     LayoutParsingRequest,
@@ -123,12 +123,13 @@ async def _passthrough(
             rid,
             tenant=principal.tenant,
         )
-        headers = {
-            "X-Request-ID": rid,
-            "X-Gateway-Upstream": upstream,
-            "X-Gateway-Attempts": str(len(attempts)),
-        }
-        return Response(content, status_code=status, media_type=ctype, headers=headers)
+        headers = [
+            (b"content-type", (ctype or "application/json").encode("latin-1")),
+            (b"x-request-id", rid.encode("latin-1")),
+            (b"x-gateway-upstream", upstream.encode("latin-1")),
+            (b"x-gateway-attempts", b"%d" % len(attempts)),
+        ]
+        return RawResponse(content, status, headers)
     except UpstreamClientError as exc:
         return _upstream_rejected(exc, rid)
     except InputError as exc:

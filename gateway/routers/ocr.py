@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
@@ -31,7 +31,7 @@ from gateway.fanout import ocr_pdf_fanned_out, should_fan_out
 from gateway.inputs import Document, InputError, plain_base64_image
 from gateway.jsonfast import RawString
 from gateway.postprocess import postprocess
-from gateway.routers.common import read_body, runtime_of
+from gateway.routers.common import json_answer, read_body, runtime_of
 from gateway.runtime import Runtime
 from gateway.schemas import OcrRequest, OcrResponse, error_responses, request_body
 from gateway.settings import Settings
@@ -61,7 +61,7 @@ async def _run_ocr(
     doc: Document,
     options: dict[str, Any] | None,
     started: float,
-) -> JSONResponse:
+) -> Response:
     try:
         if should_fan_out(settings, doc):
             result = await ocr_pdf_fanned_out(
@@ -82,7 +82,7 @@ async def _run_ocr(
         for a in result.attempts
         if a.outcome != "success"
     ]
-    return JSONResponse(
+    return json_answer(
         {
             "text": postprocess(result.text, settings.postprocess),
             "upstream": result.upstream,
@@ -95,7 +95,7 @@ async def _run_ocr(
             "elapsed_s": round(time.perf_counter() - started, 3),
             "failed_attempts": failed,
         },
-        headers={"X-Request-ID": rid},
+        rid,
     )
 
 

@@ -106,6 +106,85 @@ def test_topology_tie_break_prefers_least_loaded_vllm():
             assert v_first != v_second, mode  # second request goes to the idle vLLM
 
 
+def scanned_places_load(pool: UpstreamPool) -> dict:
+    """The in-flight totals per vLLM, card and host, counted from every upstream."""
+    load: dict = {}
+    for u in pool.upstreams:
+        s = u.spec
+        for place, named in (
+            (("vllm", s.vllm), s.vllm),
+            (("card", s.host, s.card), s.card),
+            (("host", s.host), s.host),
+        ):
+            if named is not None and u.in_flight:
+                load[place] = load.get(place, 0) + u.in_flight
+    return load
+
+
+def test_the_kept_topology_load_matches_a_count_through_leases_and_reconfigures():
+    def layout(shift: int) -> list[dict]:  # the same URLs on other cards after a reconfigure
+        return [
+            {
+                "url": f"http://i{i}:1",
+                "host": f"h{i % 2}",
+                "card": (i + shift) % 3,
+                "vllm": f"v{i % 4}",
+            }
+            for i in range(12)
+        ] + [{"url": "http://bare:1"}]
+
+    async def main() -> None:
+        rng = random.Random(5)
+        settings = {"load_balance": {"mode": "least_inflight", "topology_aware": True}}
+        pool = UpstreamPool(parse_settings({"upstreams": layout(0), **settings}), rng=rng)
+        held: list[Lease] = []
+        for step in range(400):
+            if held and rng.random() < 0.45:
+                pool.release(held.pop(rng.randrange(len(held))), "success", 0.01)
+            else:
+                held.append(await pool.acquire())
+            if step % 97 == 0:
+                pool.reconfigure(parse_settings({"upstreams": layout(step), **settings}))
+            assert pool._places_load() == {
+                place: n for place, n in _leased_places(held).items() if n
+            }
+        for lease in held:
+            pool.release(lease, "success", 0.01)
+        assert pool._places_load() == {} == scanned_places_load(pool)
+
+    asyncio.run(main())
+
+
+def _leased_places(held: list[Lease]) -> dict:
+    load: dict = {}
+    for lease in held:
+        for place in lease.places:
+            load[place] = load.get(place, 0) + 1
+    return load
+
+
+def test_the_kept_topology_load_is_the_scanned_one_without_reconfigures():
+    ups = [
+        {"url": f"http://i{i}:1", "host": f"h{i % 2}", "card": i % 3, "vllm": f"v{i % 4}"}
+        for i in range(12)
+    ]
+
+    async def main() -> None:
+        rng = random.Random(9)
+        pool = UpstreamPool(
+            parse_settings({"upstreams": ups, "load_balance": {"mode": "least_inflight"}}), rng=rng
+        )
+        held: list[Lease] = []
+        for _ in range(300):
+            if held and rng.random() < 0.4:
+                pool.release(held.pop(rng.randrange(len(held))), "success", 0.01)
+            else:
+                held.append(await pool.acquire())
+            assert pool._places_load() == scanned_places_load(pool)
+
+    asyncio.run(main())
+
+
 def test_queue_mode_limits_and_fifo():
     async def main():
         pool = make_pool(2, load_balance={"mode": "queue", "queue_max_depth": 10})
