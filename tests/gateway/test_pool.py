@@ -121,68 +121,67 @@ def scanned_places_load(pool: UpstreamPool) -> dict:
     return load
 
 
-def test_the_kept_topology_load_matches_a_count_through_leases_and_reconfigures():
-    def layout(shift: int) -> list[dict]:  # the same URLs on other cards after a reconfigure
-        return [
-            {
-                "url": f"http://i{i}:1",
-                "host": f"h{i % 2}",
-                "card": (i + shift) % 3,
-                "vllm": f"v{i % 4}",
-            }
-            for i in range(12)
-        ] + [{"url": "http://bare:1"}]
+def topology(shift: int = 0) -> list[dict]:
+    """12 upstreams on 2 hosts, 3 cards and 4 vLLMs (``shift`` moves them to other cards)."""
+    return [
+        {"url": f"http://i{i}:1", "host": f"h{i % 2}", "card": (i + shift) % 3, "vllm": f"v{i % 4}"}
+        for i in range(12)
+    ]
+
+
+async def churn(pool: UpstreamPool, steps: int, seed: int, after_step) -> list[Lease]:
+    """Random acquires and releases; ``after_step(step, held)`` after each; the leases held."""
+    rng = random.Random(seed)
+    held: list[Lease] = []
+    for step in range(steps):
+        if held and rng.random() < 0.45:
+            pool.release(held.pop(rng.randrange(len(held))), "success", 0.01)
+        else:
+            held.append(await pool.acquire())
+        after_step(step, held)
+    return held
+
+
+def test_the_kept_topology_load_is_the_scanned_one():
+    async def main() -> None:
+        settings = parse_settings({"upstreams": topology(), "load_balance": {"mode": "p2c"}})
+        pool = UpstreamPool(settings, rng=random.Random(9))
+        await churn(
+            pool, 300, 9, lambda _, held: check(pool._places_load() == scanned_places_load(pool))
+        )
+
+    asyncio.run(main())
+
+
+def test_the_kept_topology_load_follows_the_leases_through_reconfigures():
+    """A reconfigure moves upstreams to other cards while leases are out: each lease gives back
+    the load it added, wherever its upstream is now."""
+
+    def settings(shift: int):
+        ups = [*topology(shift), {"url": "http://bare:1"}]
+        return parse_settings({"upstreams": ups, "load_balance": {"mode": "least_inflight"}})
 
     async def main() -> None:
-        rng = random.Random(5)
-        settings = {"load_balance": {"mode": "least_inflight", "topology_aware": True}}
-        pool = UpstreamPool(parse_settings({"upstreams": layout(0), **settings}), rng=rng)
-        held: list[Lease] = []
-        for step in range(400):
-            if held and rng.random() < 0.45:
-                pool.release(held.pop(rng.randrange(len(held))), "success", 0.01)
-            else:
-                held.append(await pool.acquire())
+        pool = UpstreamPool(settings(0), rng=random.Random(5))
+
+        def after_step(step: int, held: list[Lease]) -> None:
             if step % 97 == 0:
-                pool.reconfigure(parse_settings({"upstreams": layout(step), **settings}))
-            assert pool._places_load() == {
-                place: n for place, n in _leased_places(held).items() if n
-            }
-        for lease in held:
+                pool.reconfigure(settings(step))
+            leased: dict = {}
+            for lease in held:
+                for place in lease.places:
+                    leased[place] = leased.get(place, 0) + 1
+            check(pool._places_load() == leased)
+
+        for lease in await churn(pool, 400, 5, after_step):
             pool.release(lease, "success", 0.01)
         assert pool._places_load() == {} == scanned_places_load(pool)
 
     asyncio.run(main())
 
 
-def _leased_places(held: list[Lease]) -> dict:
-    load: dict = {}
-    for lease in held:
-        for place in lease.places:
-            load[place] = load.get(place, 0) + 1
-    return load
-
-
-def test_the_kept_topology_load_is_the_scanned_one_without_reconfigures():
-    ups = [
-        {"url": f"http://i{i}:1", "host": f"h{i % 2}", "card": i % 3, "vllm": f"v{i % 4}"}
-        for i in range(12)
-    ]
-
-    async def main() -> None:
-        rng = random.Random(9)
-        pool = UpstreamPool(
-            parse_settings({"upstreams": ups, "load_balance": {"mode": "least_inflight"}}), rng=rng
-        )
-        held: list[Lease] = []
-        for _ in range(300):
-            if held and rng.random() < 0.4:
-                pool.release(held.pop(rng.randrange(len(held))), "success", 0.01)
-            else:
-                held.append(await pool.acquire())
-            assert pool._places_load() == scanned_places_load(pool)
-
-    asyncio.run(main())
+def check(condition: bool) -> None:
+    assert condition
 
 
 def test_queue_mode_limits_and_fifo():
