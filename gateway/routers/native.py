@@ -124,11 +124,12 @@ async def _passthrough(
             tenant=principal.tenant,
         )
         headers = [
-            (b"content-type", (ctype or "application/json").encode("latin-1")),
             (b"x-request-id", rid.encode("latin-1")),
             (b"x-gateway-upstream", upstream.encode("latin-1")),
             (b"x-gateway-attempts", b"%d" % len(attempts)),
         ]
+        if ctype:  # the upstream's, as it sent it
+            headers.append((b"content-type", ctype.encode("latin-1")))
         return RawResponse(content, status, headers)
     except UpstreamClientError as exc:
         return _upstream_rejected(exc, rid)
