@@ -25,7 +25,7 @@ from typing import Any
 
 import pybase64
 
-from gateway.jsonfast import RawString
+from gateway.jsonfast import RawString, wire_text
 from gateway.settings import InputSettings
 from gateway.workers import ProcessWorkers, WorkerCrashed, WorkerTimeout
 
@@ -76,9 +76,7 @@ class Document:
         if self._data is None:
             encoded = self._encoded
             assert encoded is not None
-            self._data = pybase64.b64decode(
-                encoded.data if isinstance(encoded, RawString) else encoded, validate=True
-            )
+            self._data = pybase64.b64decode(wire_text(encoded), validate=True)
         return self._data
 
     @property
@@ -111,8 +109,8 @@ class Document:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        encoded = self._encoded.data if isinstance(self._encoded, RawString) else self._encoded
-        size = len(self._data) if self._data is not None else f"~{len(encoded or '') * 3 // 4}"
+        encoded = wire_text(self._encoded) if self._encoded is not None else ""
+        size = len(self._data) if self._data is not None else f"~{len(encoded) * 3 // 4}"
         return f"Document(kind={self.kind!r}, mime={self.mime!r}, pages={self.pages}, bytes={size})"
 
 
@@ -126,7 +124,7 @@ def plain_base64_image(value: str | RawString, limits: InputSettings) -> Documen
     MB: the alphabet and the padding) for the dimensions. None when it is anything else (a
     PDF, a TIFF, whitespace, URL-safe or damaged base64, an unreadable header): the caller then
     decodes it whole and words the problem."""
-    text = value.data if isinstance(value, RawString) else value
+    text = wire_text(value)
     if len(text) % 4 or len(text) <= 4:
         return None
     try:

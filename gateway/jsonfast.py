@@ -46,6 +46,11 @@ class RawString:
         return f"RawString(<{len(self.data)} bytes>)"
 
 
+def wire_text(value: str | RawString) -> str | bytes:
+    """A JSON string's characters as held: the ``str``, or a :class:`RawString`'s bytes."""
+    return value.data if isinstance(value, RawString) else value
+
+
 def dumps(value: Any) -> bytes:
     """``value`` as compact JSON bytes; what orjson refuses (integers beyond 64 bits, non-string
     keys) is encoded by the standard library instead."""
