@@ -16,6 +16,9 @@ page), over the official job protocol:
 4. ``kill -9`` of the gateway while 20 jobs run, restarted on the same store: every job
    whole and in order, pages parsed twice.
 
+Job slices go through a slice keeper (``python -m gateway.keeper``) in front of the fleet, as
+the Pulumi program deploys one per host; ``--no-keeper`` sends them straight to the instances.
+
 Results: ``bench/results/jobs-<profile>.json`` and the markdown printed at the end (the
 table in docs/benchmarks.md).
 """
@@ -51,10 +54,12 @@ from bench.jobs_scenarios import (
 from bench.procs import (
     FleetProc,
     GatewayProc,
+    KeeperProc,
     gateway_config,
     snapshot_gateway,
     start_fleet,
     start_gateway,
+    start_keeper,
     tmpdir,
 )
 from bench.workload import FleetSpec
@@ -75,9 +80,12 @@ PROFILES = {
 SCENARIOS = ("idle", "mixed", "saturation", "kill")
 
 
-def config(prof: Profile, fleet: FleetProc, jobs_dir: Path) -> dict[str, Any]:
-    """The gateway's config: queue mode, two tenants, the job store in ``jobs_dir``."""
-    return gateway_config(
+def config(
+    prof: Profile, fleet: FleetProc, jobs_dir: Path, keeper: KeeperProc | None
+) -> dict[str, Any]:
+    """The gateway's config: queue mode, two tenants, the job store in ``jobs_dir``, the
+    ``keeper`` in front of every instance."""
+    cfg = gateway_config(
         fleet.urls,
         "queue",
         {
@@ -95,18 +103,28 @@ def config(prof: Profile, fleet: FleetProc, jobs_dir: Path) -> dict[str, Any]:
             "reload": {"enabled": False},
         },
     )
+    if keeper is not None:
+        cfg["upstreams"] = [{**up, "keeper": keeper.url} for up in cfg["upstreams"]]
+    return cfg
 
 
 async def run(
-    prof: Profile, scenarios: tuple[str, ...], keep: bool, src: Path | None = None
+    prof: Profile,
+    scenarios: tuple[str, ...],
+    keep: bool,
+    src: Path | None = None,
+    with_keeper: bool = True,
 ) -> dict[str, Any]:
     workdir = tmpdir()
     if src is None:
         src = snapshot_gateway(workdir)
     fleet = start_fleet(prof.fleet)
     gateways: list[GatewayProc] = []
+    keeper: KeeperProc | None = None
     try:
-        cfg = config(prof, fleet, workdir / "jobs")
+        if with_keeper:
+            keeper = await start_keeper(fleet.urls, workdir, src)
+        cfg = config(prof, fleet, workdir / "jobs", keeper)
 
         async def launch(name: str) -> GatewayProc:
             gateway = await start_gateway(cfg, workdir, name, src=src)
@@ -114,7 +132,7 @@ async def run(
             ctx.gateway, ctx.url = gateway, f"http://127.0.0.1:{gateway.port}"
             return gateway
 
-        ctx = Context(prof, fleet, "", workdir, restart=launch)
+        ctx = Context(prof, fleet, "", workdir, restart=launch, keeper=keeper)
         await launch("jobs")
         out: dict[str, Any] = {}
         for name, scenario in (
@@ -131,6 +149,8 @@ async def run(
     finally:
         for gateway in gateways:
             gateway.stop()
+        if keeper is not None:
+            keeper.stop()
         fleet.stop()
         if keep:
             print(f"kept {workdir}", file=sys.stderr)
@@ -149,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--keep-logs", action="store_true")
+    ap.add_argument("--no-keeper", action="store_true", help="job slices straight to the instances")
     ap.add_argument(
         "--gateway-src",
         type=Path,
@@ -177,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     # a SIGTERM (timeout, CI) unwinds like Ctrl-C, so the gateway and the fleet are stopped
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        measured = asyncio.run(run(prof, scenarios, args.keep_logs, args.gateway_src))
+        measured = asyncio.run(
+            run(prof, scenarios, args.keep_logs, args.gateway_src, not args.no_keeper)
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)
     result = {
@@ -189,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": platform.machine(),
             "cpus": os.cpu_count(),
             "gateway_workers": os.environ.get("GATEWAY_WORKERS", "default (one per core)"),
+            "keeper": not args.no_keeper,
         },
         "profile": {**asdict(prof), "fleet": prof.fleet.to_dict()},
         "capacity": capacities(prof),

@@ -42,7 +42,7 @@ from bench.jobs_docs import (
     twice_by_first_parse,
 )
 from bench.loadgen import Outcome, run_open_loop, summarize
-from bench.procs import CpuMeter, FleetProc, GatewayProc
+from bench.procs import CpuMeter, FleetProc, GatewayProc, KeeperProc
 from bench.workload import FleetSpec, Request, make_workload
 
 TOKENS = {"tenant-a": "bench-jobs-token-a", "tenant-b": "bench-jobs-token-b"}
@@ -98,6 +98,7 @@ class Context:
     workdir: Path
     gateway: GatewayProc | None = None
     restart: Callable[[str], Awaitable[GatewayProc]] | None = None
+    keeper: KeeperProc | None = None
     next_doc: int = 0
 
     def docs(self, n: int) -> list[int]:
@@ -110,6 +111,8 @@ class Context:
         pids = {"loadgen": os.getpid(), "fleet": self.fleet.proc.pid}
         if self.gateway is not None:
             pids["gateway"] = self.gateway.proc.pid
+        if self.keeper is not None:
+            pids["keeper"] = self.keeper.proc.pid
         return CpuMeter(pids)
 
     async def log(self, clear: bool = True) -> list[dict[str, Any]]:
@@ -410,6 +413,7 @@ async def scenario_kill(ctx: Context) -> dict[str, Any]:
             if extracted >= prof.kill_at * total:
                 break
             await asyncio.sleep(0.05)
+    keeper_before = await ctx.keeper.stats() if ctx.keeper is not None else None
     os.killpg(ctx.gateway.proc.pid, signal.SIGKILL)
     killed = time.time()
     ctx.gateway.proc.wait()
@@ -426,6 +430,7 @@ async def scenario_kill(ctx: Context) -> dict[str, Any]:
             failure = None
         finished = time.time()
         checked = await _check_all(a, jobs, ids, prof.doc_pages)
+    keeper_after = await ctx.keeper.stats() if ctx.keeper is not None else None
     log = await ctx.log()
     if os.environ.get("BENCH_JOBS_DUMP"):
         Path(os.environ["BENCH_JOBS_DUMP"]).write_text(json.dumps({"t0": killed, "log": log}))
@@ -456,6 +461,8 @@ async def scenario_kill(ctx: Context) -> dict[str, Any]:
         "max_per_job_in_slices": round(max(per_job), 3) if per_job else 0,
         "results": checked,
         "failure": failure,
+        # the slice keeper's counts just before the kill and once every job was done
+        "keeper": keeper_before and {"before": keeper_before, "after": keeper_after},
         # the fleet's busy share with these jobs, from their first parse; the kill and the
         # restart in seconds on the same clock
         "busy_timeline": {

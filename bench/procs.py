@@ -1,4 +1,5 @@
-"""Subprocesses of the benchmark (the fleet, the gateway) and their CPU accounting."""
+"""Subprocesses of the benchmark (the fleet, the gateway, the slice keeper) and their CPU
+accounting."""
 
 from __future__ import annotations
 
@@ -302,6 +303,61 @@ async def start_gateway(
         await asyncio.sleep(0.1)
     gw.stop()
     raise RuntimeError(f"gateway not healthy after {timeout_s}s:\n{gw.log_tail()}")
+
+
+@dataclass
+class KeeperProc:
+    """``python -m gateway.keeper`` in front of the fleet; it outlives gateway restarts."""
+
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def stats(self) -> dict:
+        client = MiniClient("127.0.0.1", self.port)
+        try:
+            status, _, data = await client.request("GET", "/health")
+        finally:
+            await client.close()
+        if status != 200:
+            raise RuntimeError(f"keeper /health: {status} {data[:200]!r}")
+        return json.loads(data)
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+async def start_keeper(
+    urls: list[str], workdir: Path, src: Path | None = None, timeout_s: float = 30.0
+) -> KeeperProc:
+    """A slice keeper for ``urls`` on a free loopback port, healthy when this returns."""
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    log_path = workdir / "keeper.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway.keeper", "--upstreams", ",".join(urls),
+             "--host", "127.0.0.1", "--port", str(port)],
+            cwd=src or REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True,
+        )  # fmt: skip
+    keeper = KeeperProc(proc, port, log_path)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"keeper exited {proc.returncode}:\n{log_path.read_text()[-2000:]}")
+        with contextlib.suppress(OSError, RuntimeError):
+            await keeper.stats()
+            return keeper
+        await asyncio.sleep(0.1)
+    keeper.stop()
+    raise RuntimeError(f"keeper not healthy after {timeout_s}s")
 
 
 def tmpdir() -> Path:

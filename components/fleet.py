@@ -177,8 +177,8 @@ def port_guard(plan: FleetPlan) -> pulumi.Output[str]:
         clashes = port_clashes(topology_ports(topology or {}), plan)
         if clashes:
             raise ConfigError(
-                "config keys 'vllmBasePort/paddlexBasePort/portStride/portFirstCard/"
-                f"gatewayPort': the new port plan moves servers onto ports that other running "
+                "config keys 'vllmBasePort/paddlexBasePort/portStride/portFirstCard/gatewayPort/"
+                f"keeperPort': the new port plan moves servers onto ports that other running "
                 f"servers hold until they are replaced: {'; '.join(clashes[:5])}"
                 f"{' ...' if len(clashes) > 5 else ''}. Pulumi replaces servers in parallel, so "
                 "they would clash. Move in two steps, first to ports no running server holds "

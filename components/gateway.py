@@ -1,5 +1,6 @@
 """`Gateway`: the OCR gateway container; its config derives from the PaddleX servers' outputs and
-is swapped in by `docker exec` (the gateway reloads it without a restart)."""
+is swapped in by `docker exec` (the gateway reloads it without a restart). Beside it, on the same
+image, its slice keeper (`components.keeper`) unless the config key `keeper` is false."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pulumi_docker as docker
 
 from components import containers, render
 from components.images import BuildSpec, build_image
+from components.keeper import SliceKeeper, SliceKeeperArgs
 from components.plan import GatewayPlan
 from components.settings import FleetSettings
 
@@ -45,8 +47,18 @@ class Gateway(pulumi.ComponentResource):
                 self, f"{name}-image", GATEWAY_BUILD, gateway.host, args.provider, args.guard
             )
             cleanups.append(cleanup)
-        self.config_json = pulumi.Output.all(*args.upstreams).apply(
-            lambda entries: render.gateway_config_json(settings, list(entries))
+        entries = pulumi.Output.all(*args.upstreams).apply(list)
+        self.keeper: SliceKeeper | None = None
+        waits: list[pulumi.Resource] = []
+        if gateway.keeper is not None:
+            self.keeper = SliceKeeper(
+                f"{name}-keeper",
+                SliceKeeperArgs(gateway.keeper, entries, image, args.provider, cleanups),
+                pulumi.ResourceOptions(parent=self),
+            )
+            waits.append(self.keeper.installed)  # new instances reach it before the gateway
+        self.config_json = entries.apply(
+            lambda found: render.gateway_config_json(settings, found, gateway.keeper)
         )
         argv = render.gateway_argv(gateway)
         self.container = docker.Container(
@@ -81,7 +93,7 @@ class Gateway(pulumi.ComponentResource):
             stdin=self.config_json,
             environment=gateway.host.docker_env,
             triggers=[self.container.id, self.config_json.apply(render.content_hash)],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.container]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.container, *waits]),
         )
         self.ready = command.local.Command(
             f"{name}-ready",

@@ -119,12 +119,28 @@ class CardPlan:
 
 
 @dataclass(frozen=True)
+class KeeperPlan(_Listening):
+    """The slice keeper beside a gateway, on its host: job slices go through it to the
+    gateway's PaddleX instances (`gateway.keeper`)."""
+
+    host: HostPlan
+    port: int
+    container_name: str
+
+    @property
+    def config_path(self) -> str:
+        return f"{CONFIG_DIR_IN_CONTAINER}/keeper.json"
+
+
+@dataclass(frozen=True)
 class GatewayPlan(_Listening):
     host: HostPlan
     port: int
     container_name: str
     owns: str | None = None
     """The host whose PaddleX instances this gateway dispatches to; None: every host's."""
+    keeper: KeeperPlan | None = None
+    """Its slice keeper (config key `keeper`, on by default)."""
 
     @property
     def config_path(self) -> str:
@@ -211,6 +227,8 @@ def slot_ports(plan: FleetPlan) -> dict[Slot, int]:
     ports.update({(p.host.name, p.card, "paddlex", p.index): p.port for p in plan.paddlex})
     for gateway in plan.gateways:
         ports[(gateway.host.name, None, "gateway", 0)] = gateway.port
+        if gateway.keeper is not None:
+            ports[(gateway.host.name, None, "keeper", 0)] = gateway.keeper.port
     if plan.balancer is not None:
         ports[(plan.balancer.host.name, None, "balancer", 0)] = plan.balancer.port
     return ports
@@ -232,6 +250,8 @@ def topology_ports(topology: Mapping[str, Any]) -> dict[Slot, int]:
     for gateway in gateways:
         if gateway:
             ports[(gateway["host"], None, "gateway", 0)] = int(gateway["port"])
+            if gateway.get("keeper"):
+                ports[(gateway["host"], None, "keeper", 0)] = int(gateway["keeper"]["port"])
     balancer = topology.get("balancer")
     if balancer:
         ports[(balancer["host"], None, "balancer", 0)] = int(balancer["port"])
@@ -296,10 +316,16 @@ def _plan_gateways(
 ) -> tuple[tuple[GatewayPlan, ...], BalancerPlan | None]:
     """One gateway over the fleet; or, per host, one over that host's PaddleX and a balancer."""
     port, name = settings.gateway_port, settings.gateway_container_name
+
+    def keeper(host: HostPlan) -> KeeperPlan | None:
+        if not settings.keeper:
+            return None
+        return KeeperPlan(host, settings.keeper_port, f"{name}-keeper")
+
     if settings.gateway_layout == "single":
         host = next(h for h in hosts if h.name == settings.gateway_host_settings.name)
-        return (GatewayPlan(host, port, name),), None
-    gateways = tuple(GatewayPlan(h, port, name, owns=h.name) for h in hosts)
+        return (GatewayPlan(host, port, name, keeper=keeper(host)),), None
+    gateways = tuple(GatewayPlan(h, port, name, owns=h.name, keeper=keeper(h)) for h in hosts)
     wanted = settings.balancer_settings
     host = next(h for h in hosts if wanted.host in (None, h.name))
     balancer = BalancerPlan(
@@ -340,6 +366,8 @@ def _check_ports(plan: FleetPlan, settings: FleetSettings) -> None:
         used[(p.host.name, p.port)].append((p.label, key))
     for gateway in plan.gateways:
         used[(gateway.host.name, gateway.port)].append(("the gateway", "gatewayPort"))
+        if gateway.keeper is not None:
+            used[(gateway.host.name, gateway.keeper.port)].append(("the keeper", "keeperPort"))
     balancer = plan.balancer
     if balancer is not None:
         used[(balancer.host.name, balancer.port)].append(("the balancer", "balancer.port"))
@@ -349,7 +377,7 @@ def _check_ports(plan: FleetPlan, settings: FleetSettings) -> None:
             raise ConfigError(f"config key '{key}': port {port} of {label} is outside 1..65535")
         if len(users) > 1:
             keys = sorted({k for _, k in users})
-            if not {"gatewayPort", "balancer.port"} & set(keys):
+            if not {"gatewayPort", "balancer.port", "keeperPort"} & set(keys):
                 keys.append("portStride")
             names = " and ".join(label for label, _ in users)
             raise ConfigError(

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from components.access import gateway_auth
-from components.plan import FleetPlan, GatewayPlan, PaddlexInstance, VllmInstance
+from components.plan import FleetPlan, GatewayPlan, KeeperPlan, PaddlexInstance, VllmInstance
 from components.settings import FleetSettings
 from gateway.settings import Settings as GatewaySettings
 from gateway.settings import parse_settings
@@ -271,6 +271,17 @@ def gateway_ready_command(settings: FleetSettings, gateway: GatewayPlan) -> str:
     )
 
 
+def keeper_ready_command(keeper: KeeperPlan) -> str:
+    return wait_for_http(
+        url=f"{keeper.local_url}/health",
+        what="the slice keeper",
+        container=keeper.container_name,
+        timeout_s=120,
+        interval_s=1,
+        log_hint=f"docker logs {keeper.container_name}",
+    )
+
+
 def gateway_upstream(paddlex: PaddlexInstance) -> dict[str, Any]:
     """One upstream entry of the gateway config, carrying its topology."""
     return {
@@ -282,8 +293,11 @@ def gateway_upstream(paddlex: PaddlexInstance) -> dict[str, Any]:
     }
 
 
-def gateway_config(settings: FleetSettings, upstreams: list[dict[str, Any]]) -> dict[str, Any]:
-    """The gateway's config.json: defaults, the operator's `gateway` settings, the upstreams.
+def gateway_config(
+    settings: FleetSettings, upstreams: list[dict[str, Any]], keeper: KeeperPlan | None = None
+) -> dict[str, Any]:
+    """The gateway's config.json: defaults, the operator's `gateway` settings, the upstreams
+    (each naming the gateway's `keeper`, on the same host, as the way for job slices).
 
     Behind the balancer (`gatewayLayout: per-host`) a gateway has one client, the balancer,
     which applies the per-client connection bound with the clients' own addresses instead
@@ -293,6 +307,8 @@ def gateway_config(settings: FleetSettings, upstreams: list[dict[str, Any]]) -> 
     if settings.gateway_layout == "per-host":
         limits = gateway_settings(settings).server
         config.setdefault("server", {})["max_connections_per_client"] = limits.max_connections
+    if keeper is not None:
+        upstreams = [{**entry, "keeper": keeper.local_url} for entry in upstreams]
     config["upstreams"] = upstreams
     return config
 
@@ -315,15 +331,34 @@ def _operator_gateway_config(settings: FleetSettings) -> dict[str, Any]:
     return config
 
 
-def gateway_config_json(settings: FleetSettings, upstreams: list[dict[str, Any]]) -> str:
-    return json.dumps(gateway_config(settings, upstreams), indent=2, sort_keys=True) + "\n"
+def gateway_config_json(
+    settings: FleetSettings, upstreams: list[dict[str, Any]], keeper: KeeperPlan | None = None
+) -> str:
+    config = gateway_config(settings, upstreams, keeper)
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+
+
+def keeper_config_json(upstreams: list[dict[str, Any]]) -> str:
+    """The keeper's config: the instances it may call (it reads the file again on change)."""
+    return json.dumps({"upstreams": [entry["url"] for entry in upstreams]}, indent=2) + "\n"
+
+
+def config_install_command(container: str, path: str) -> str:
+    """Reads a config on stdin and swaps it in atomically inside `container` (the gateway and
+    the keeper read it again when it changes)."""
+    script = f"cat > {path}.tmp && mv {path}.tmp {path}"
+    return shlex.join(["docker", "exec", "-i", container, "sh", "-c", script])
 
 
 def gateway_config_install_command(gateway: GatewayPlan) -> str:
-    """Reads the config on stdin and swaps it in atomically; the gateway reloads it."""
-    path = gateway.config_path
-    script = f"cat > {path}.tmp && mv {path}.tmp {path}"
-    return shlex.join(["docker", "exec", "-i", gateway.container_name, "sh", "-c", script])
+    return config_install_command(gateway.container_name, gateway.config_path)
+
+
+def keeper_argv(keeper: KeeperPlan) -> list[str]:
+    return [
+        "python", "-m", "gateway.keeper", "--config", keeper.config_path,
+        "--host", "0.0.0.0", "--port", str(keeper.port),
+    ]  # fmt: skip
 
 
 def image_cleanup_command(tag: str, image_id: str) -> str:
@@ -422,6 +457,13 @@ def _entry_points(plan: FleetPlan) -> dict[str, Any]:
         }
         if g.owns is not None:
             entry["upstreams"] = [p.url for p in plan.paddlex_of(g)]
+        if g.keeper is not None:
+            entry["keeper"] = {
+                "port": g.keeper.port,
+                "url": g.keeper.url,
+                "container": g.keeper.container_name,
+                "config_path": g.keeper.config_path,
+            }
         return entry
 
     balancer = plan.balancer

@@ -188,6 +188,12 @@ class FleetSettings(_Model):
         "/var/lib/paddleocr-fleet/<stack>/jobs); it outlives the gateway container",
     )
     gateway: dict[str, Any] = Field(default_factory=dict)
+    keeper: bool = Field(
+        default=True,
+        description="a slice keeper beside each gateway: job slices running when the gateway "
+        "dies are not parsed again",
+    )
+    keeper_port: int = Field(default=9102, ge=1, le=65535)
     gateway_layout: GatewayLayout = Field(
         default="single",
         description="single: one gateway over every PaddleX; per-host: a gateway per host over "

@@ -32,6 +32,7 @@ import pybase64
 
 from gateway.attempts import Attempt, GatewayError, UpstreamFailure
 from gateway.inputs import Document
+from gateway.keeper.client import post_slice
 from gateway.paddlex_api import (
     TRUNCATION_HINT,
     layout_body,
@@ -44,7 +45,7 @@ from gateway.pool import UpstreamPool
 from gateway.proxy import OcrResult, Proxy
 from gateway.settings import Settings
 from gateway.upstream import Upstream
-from gateway.upstream_http import UpstreamClient
+from gateway.upstream_http import Reply, UpstreamClient
 
 Work = Callable[[UpstreamClient, Upstream, float], Awaitable[Any]]
 
@@ -103,31 +104,43 @@ def pages_label(doc_pages: list[int]) -> str:
     return f"pages {doc_pages[0] + 1}-{doc_pages[-1] + 1}"
 
 
-def slice_work(body: dict[str, Any], positions: list[int], is_pdf: bool) -> Work:
-    """One ``/layout-parsing`` of a slice whose pages are the document's ``positions``: the
-    answer must hold exactly that many pages (fewer: the instance truncated the PDF, which no
-    other instance with the same config does better); each PDF page's
-    ``prunedResult.page_index`` becomes its position in the whole document."""
+def slice_work(
+    body: dict[str, Any], positions: list[int], is_pdf: bool, key: str | None = None
+) -> Work:
+    """One ``/layout-parsing`` of a slice whose pages are the document's ``positions``
+    (checked by :func:`slice_pages`); a job slice has an idempotency ``key`` and goes through
+    its instance's keeper (:mod:`gateway.keeper`)."""
 
     async def work(client: UpstreamClient, upstream: Upstream, timeout: float) -> Any:
-        response = await client.post(upstream.url + "/layout-parsing", json=body, timeout=timeout)
-        pages = parsing_results(response)
-        if len(pages) != len(positions):
-            raise UpstreamFailure(
-                "truncated",
-                f"{len(pages)} of {len(positions)} pages came back; {TRUNCATION_HINT}",
-                502,
-                retryable=False,
-            )
-        for position, page in zip(positions, pages, strict=True):
-            pruned = page.get("prunedResult") if isinstance(page, dict) else None
-            if not isinstance(pruned, dict):
-                raise UpstreamFailure("protocol_error", "page without prunedResult", 200)
-            if is_pdf:
-                pruned["page_index"] = position
-        return pages
+        if key is None:
+            url = upstream.url + "/layout-parsing"
+            response = await client.post(url, json=body, timeout=timeout)
+        else:
+            response = await post_slice(client, upstream, body, key, timeout)
+        return slice_pages(response, positions, is_pdf)
 
     return work
+
+
+def slice_pages(response: Reply, positions: list[int], is_pdf: bool) -> list[Any]:
+    """The pages of a slice's answer: it must hold exactly ``len(positions)`` pages (fewer:
+    the instance truncated the PDF, which no other instance with the same config does better);
+    each PDF page's ``prunedResult.page_index`` becomes its position in the whole document."""
+    pages = parsing_results(response)
+    if len(pages) != len(positions):
+        raise UpstreamFailure(
+            "truncated",
+            f"{len(pages)} of {len(positions)} pages came back; {TRUNCATION_HINT}",
+            502,
+            retryable=False,
+        )
+    for position, page in zip(positions, pages, strict=True):
+        pruned = page.get("prunedResult") if isinstance(page, dict) else None
+        if not isinstance(pruned, dict):
+            raise UpstreamFailure("protocol_error", "page without prunedResult", 200)
+        if is_pdf:
+            pruned["page_index"] = position
+    return pages
 
 
 def should_fan_out(settings: Settings, doc: Document) -> bool:

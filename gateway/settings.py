@@ -19,7 +19,15 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 log = logging.getLogger("gateway.settings")
 
@@ -45,13 +53,18 @@ class UpstreamSpec(_Section):
     card: int | str | None = None
     vllm: str | None = None
     container: str | None = None
+    keeper: str | None = None  # the slice keeper in front of it (gateway.keeper): job slices
 
-    @field_validator("url")
+    @field_validator("url", "keeper")
     @classmethod
-    def _check_url(cls, value: str) -> str:
+    def _check_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
         value = value.strip().rstrip("/")
         if not value.startswith(("http://", "https://")):
-            raise ValueError(f"upstream url must start with http:// or https://, got {value!r}")
+            raise ValueError(
+                f"upstream {info.field_name} must start with http:// or https://, got {value!r}"
+            )
         return value
 
 

@@ -46,9 +46,18 @@ from typing import TYPE_CHECKING, Any
 import pybase64
 
 from gateway.attempts import GatewayError, UpstreamClientError, UpstreamFailure
-from gateway.fanout import extract_slices, free_capacity, pages_label, plan_slices, slice_work
+from gateway.fanout import (
+    Work,
+    extract_slices,
+    free_capacity,
+    pages_label,
+    plan_slices,
+    slice_pages,
+    slice_work,
+)
 from gateway.jobs.protocol import job_data
 from gateway.jobs.store import Job, JobStore, SliceClaim, SliceSize
+from gateway.keeper.client import find_slice, slice_key
 from gateway.paddlex_api import layout_body, restructure_body, restructured
 from gateway.upstream import Upstream
 from gateway.upstream_http import UpstreamClient
@@ -290,15 +299,16 @@ class JobRunner:
     async def _slice_attempt(
         self, claim: SliceClaim, file: str, upstream_done: Callable[[], None]
     ) -> None:
-        job, settings, store = claim.job, self.runtime.settings, self.store
+        job, store = claim.job, self.store
         positions = job.pages[claim.first : claim.first + claim.count]
+        key = slice_key(job.id, claim.first, claim.count)
         body = layout_body(
             file,
             job.kind == "pdf",
             f"{job.id}-{claim.first}",
             job.options.get("layout", {}),
         )
-        work = slice_work(body, positions, job.kind == "pdf")
+        work = slice_work(body, positions, job.kind == "pdf", key)
         sent = False
 
         async def on_upstream(client: UpstreamClient, upstream: Upstream, timeout: float) -> Any:
@@ -310,13 +320,9 @@ class JobRunner:
 
         label = pages_label(positions)
         try:
-            pages, _, _ = await self.runtime.proxy.run(
-                settings,
-                on_upstream,
-                tenant=job.tenant,
-                background=True,
-                exclude=frozenset(claim.failed),
-            )
+            pages, pin = (None, None) if claim.fresh else await self._from_keepers(claim, key)
+            if pages is None:
+                pages = await self._dispatch(claim, on_upstream, pin)
         except UpstreamClientError as exc:
             message = f"{label}: the upstream rejected the document: {exc.message}"
             await asyncio.to_thread(store.fail, job.id, message)
@@ -329,6 +335,54 @@ class JobRunner:
                 self._sent -= 1
             upstream_done()
         await asyncio.to_thread(store.finish_slice, claim, pages, self.owner)
+
+    async def _from_keepers(
+        self, claim: SliceClaim, key: str
+    ) -> tuple[list[Any] | None, str | None]:
+        """For a slice that may have been sent before (a crash or a lost lease): its pages if
+        a keeper kept the answer, else the instance still parsing it (to wait for it there)."""
+        settings = self.runtime.settings
+        keepers = sorted({spec.keeper for spec in settings.upstreams if spec.keeper})
+        client = self.runtime.client
+        if not keepers or client is None:
+            return None, None
+        found = await find_slice(client, keepers, key, settings.http.connect_timeout_s)
+        if found.reply is not None:
+            positions = claim.job.pages[claim.first : claim.first + claim.count]
+            try:
+                pages = slice_pages(found.reply, positions, claim.job.kind == "pdf")
+            except (UpstreamFailure, UpstreamClientError) as exc:
+                log.warning("slice %s: the kept answer is unusable (%s)", key, exc)
+                return None, None
+            log.info("slice %s: answer taken from a keeper, not parsed again", key)
+            return pages, None
+        pin = found.running_on
+        if pin is None or pin in claim.failed or self.runtime.pool.get(pin) is None:
+            return None, None
+        log.info("slice %s: still parsing on %s, waiting for it there", key, pin)
+        return None, pin
+
+    async def _dispatch(self, claim: SliceClaim, work: Work, pin: str | None) -> list[Any]:
+        """The slice through the central queue with failover; first on ``pin`` alone (its
+        keeper attaches to the parse running there), then anywhere if that fails."""
+        settings, proxy = self.runtime.settings, self.runtime.proxy
+        if pin is not None:
+            others = frozenset(settings.upstream_urls) - {pin}
+            try:
+                pages, _, _ = await proxy.run(
+                    settings, work, tenant=claim.job.tenant, background=True, exclude=others
+                )
+                return pages
+            except GatewayError as exc:
+                log.info("slice of job %s: waiting on %s failed (%s)", claim.job.id, pin, exc)
+        pages, _, _ = await proxy.run(
+            settings,
+            work,
+            tenant=claim.job.tenant,
+            background=True,
+            exclude=frozenset(claim.failed),
+        )
+        return pages
 
     def _slice_failed(self, claim: SliceClaim, exc: GatewayError, label: str) -> None:
         """Give a failed slice back, split it, or fail its job (store calls: run in a thread)."""

@@ -101,6 +101,7 @@ class SliceClaim:
     count: int
     attempts: int
     failed: list[str]
+    fresh: bool = True  # cut in this claim: never sent before (else ask the keepers first)
 
 
 def _job(row: sqlite3.Row) -> Job:
@@ -317,7 +318,7 @@ class JobStore:
                     (now,),
                 ).fetchall()
             )
-            taken: list[tuple[str, int, int, int, list[str]]] = []
+            taken: list[tuple[str, int, int, int, list[str], bool]] = []
             while units and len(taken) < count:
                 # stable: among the tenants with the fewest running, the oldest job first
                 unit = min(units, key=lambda u: running.get(u["tenant"], 0))
@@ -330,8 +331,11 @@ class JobStore:
                         (owner, now + lease_s, unit["job_id"], first),
                     )
                     taken.append(
-                        (unit["job_id"], first, pages, unit["attempts"], json.loads(unit["failed"]))
-                    )
+                        (
+                            unit["job_id"], first, pages, unit["attempts"],
+                            json.loads(unit["failed"]), False,
+                        )
+                    )  # fmt: skip
                 else:
                     first, left = unit["cut"], unit["npages"] - unit["cut"]
                     pages = (
@@ -348,7 +352,7 @@ class JobStore:
                     unit["cut"] = unit["first"] = first + pages
                     if unit["cut"] >= unit["npages"]:
                         units.remove(unit)
-                    taken.append((unit["job_id"], first, pages, 0, []))
+                    taken.append((unit["job_id"], first, pages, 0, [], True))
                 waiting -= pages
                 running[unit["tenant"]] = running.get(unit["tenant"], 0) + 1
                 db.execute(
@@ -362,8 +366,8 @@ class JobStore:
                 for row in db.execute(f"SELECT * FROM jobs WHERE id IN ({marks})", ids)
             }
         return [
-            SliceClaim(jobs[job_id], first, pages, attempts, failed)
-            for job_id, first, pages, attempts, failed in taken
+            SliceClaim(jobs[job_id], first, pages, attempts, failed, fresh)
+            for job_id, first, pages, attempts, failed, fresh in taken
         ]
 
     def renew_owned(self, owner: str, lease_s: float) -> tuple[set[tuple[str, int]], set[str]]:

@@ -282,8 +282,14 @@ def test_single_to_per_host_keeps_every_resource_and_reloads_the_first_gateway_i
     after = {r.urn: r for r in record_stack(PER_HOST).resources}
     assert set(single) <= set(after)
     changed = sorted(r.name for urn, r in single.items() if r.inputs != after[urn].inputs)
-    # The gateway keeps its container (its upload is ignored): its new config is installed.
-    assert changed == ["npu-a-gateway", "npu-a-gateway-config"]
+    # The gateway and its keeper keep their containers (their uploads are ignored): their new
+    # configs (host b's instances left out) are installed.
+    assert changed == [
+        "npu-a-gateway",
+        "npu-a-gateway-config",
+        "npu-a-gateway-keeper",
+        "npu-a-gateway-keeper-config",
+    ]
     added = {after[urn].name for urn in set(after) - set(single) if after[urn].custom}
     assert added == {
         "npu-b-gateway",
@@ -291,6 +297,9 @@ def test_single_to_per_host_keeps_every_resource_and_reloads_the_first_gateway_i
         "npu-b-gateway-image-cleanup",
         "npu-b-gateway-config",
         "npu-b-gateway-ready",
+        "npu-b-gateway-keeper",
+        "npu-b-gateway-keeper-config",
+        "npu-b-gateway-keeper-ready",
         "npu-a-balancer",
         "npu-a-balancer-image",
         "npu-a-balancer-image-cleanup",

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from components.plan import build_plan
+from components.plan import build_plan, slot_ports
 from components.plan_cli import main as plan_main
 from components.settings import ConfigError, load_settings
 from tests.pulumi_harness import REPO
@@ -104,6 +104,8 @@ def test_two_hosts_may_reuse_ports():
     [
         ({"portStride": "1"}, "config key 'vllmBasePort/portStride': port 9026"),
         ({"gatewayPort": "9130"}, "config key 'gatewayPort/paddlexBasePort': port 9130"),
+        ({"keeperPort": "9101"}, "config key 'gatewayPort/keeperPort': port 9101"),
+        ({"keeperPort": "9140"}, "config key 'keeperPort/paddlexBasePort': port 9140"),
         ({"vllmBasePort": "9120"}, "config key 'paddlexBasePort/vllmBasePort/portStride'"),
         ({"paddlexBasePort": "65500"}, "config key 'paddlexBasePort': port 65540"),
         ({"cards": "11"}, "port 9035 on host 'local' is planned for both"),
@@ -146,3 +148,12 @@ def test_plan_module_runs_as_documented():
         check=True,
     )
     assert "9120/9130/9140 -> 9025" in result.stdout
+
+
+def test_each_gateway_has_a_keeper_beside_it_unless_turned_off():
+    plan = build_plan(load_settings({"cards": "1"}))
+    keeper = plan.gateway.keeper
+    assert keeper is not None and keeper.host == plan.gateway.host
+    assert (keeper.port, keeper.container_name) == (9102, "paddleocr-fleet-gateway-keeper")
+    assert slot_ports(plan)[("local", None, "keeper", 0)] == 9102
+    assert build_plan(load_settings({"cards": "1", "keeper": "false"})).gateway.keeper is None

@@ -16,7 +16,7 @@ import yaml
 
 from components import plan as plan_module
 from components import render
-from components.plan import build_plan
+from components.plan import build_plan, slot_ports, topology_ports
 from components.settings import load_settings
 from tests.ports import free_port, free_ports
 from tests.waiting import wait_for
@@ -105,6 +105,25 @@ def test_gateway_config_merges_defaults_operator_settings_and_upstreams(seed):
         "vllm": "http://127.0.0.1:9025",
         "container": "paddle-9120-npu-0",
     }
+
+
+def test_upstreams_name_the_gateways_keeper_and_the_keeper_lists_them(seed):
+    settings, plan = seed
+    keeper = plan.gateway.keeper
+    assert keeper is not None
+    upstreams = [render.gateway_upstream(p) for p in plan.paddlex[:2]]
+    config = render.gateway_config(settings, upstreams, keeper)
+    assert [u["keeper"] for u in config["upstreams"]] == ["http://127.0.0.1:9102"] * 2
+    assert "keeper" not in render.gateway_config(settings, upstreams)["upstreams"][0]
+    assert json.loads(render.keeper_config_json(upstreams)) == {
+        "upstreams": [p.url for p in plan.paddlex[:2]]
+    }
+    assert render.keeper_argv(keeper)[:5] == [
+        "python", "-m", "gateway.keeper", "--config", "/etc/paddleocr-fleet/keeper.json"
+    ]  # fmt: skip
+    topology = render.topology(settings, plan)
+    assert topology["gateway"]["keeper"]["port"] == 9102
+    assert topology_ports(topology) == slot_ports(plan)  # the port guard reads it back
 
 
 # --- the shell strings, run for real -------------------------------------------------------
@@ -366,6 +385,8 @@ def test_rendered_scripts_are_valid_shell(seed):
     scripts += [render.paddlex_start_command(settings, p) for p in plan.paddlex]
     scripts += [render.paddlex_stop_command(p) for p in plan.paddlex]
     scripts += [render.gateway_ready_command(settings, plan.gateway)]
+    assert plan.gateway.keeper is not None
+    scripts += [render.keeper_ready_command(plan.gateway.keeper)]
     for script in scripts:
         subprocess.run(["/bin/sh", "-n", "-c", script], check=True)
         subprocess.run(["bash", "-n", "-c", script], check=True)

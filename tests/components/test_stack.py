@@ -39,12 +39,16 @@ def test_resource_counts(cards, vllm, paddlex):
     assert len(_containers(recording, "vllm")) == vllm
     assert len(_containers(recording, "paddlex")) == paddlex
     assert len(_containers(recording, "gateway")) == 1
-    # vLLM: readiness; PaddleX: start + readiness; gateway: image cleanup, config, readiness.
-    assert len(recording.of_type(COMMAND)) == vllm + 2 * paddlex + 3
+    assert len(_containers(recording, "keeper")) == 1
+    # vLLM: readiness; PaddleX: start + readiness; gateway: image cleanup, config, readiness;
+    # its keeper: config, readiness.
+    assert len(recording.of_type(COMMAND)) == vllm + 2 * paddlex + 5
     assert len(recording.of_type(IMAGE)) == 1
     assert len(recording.of_type(REMOTE_IMAGE)) == 2  # the vLLM and the PaddleX image
     assert len(recording.of_type(PROVIDER)) == 1
-    components = {t: 0 for t in ("NpuCard", "VllmServer", "PaddlexServer", "Gateway")}
+    components = {
+        t: 0 for t in ("NpuCard", "VllmServer", "PaddlexServer", "Gateway", "SliceKeeper")
+    }
     for r in recording.resources:
         kind = r.type.rsplit(":", 1)[-1]
         if r.type.startswith("paddleocr-fleet:fleet:"):
@@ -54,6 +58,7 @@ def test_resource_counts(cards, vllm, paddlex):
         "VllmServer": vllm,
         "PaddlexServer": paddlex,
         "Gateway": 1,
+        "SliceKeeper": 1,
     }
 
 
@@ -61,7 +66,7 @@ def test_container_names_are_the_plans(seed_stack):
     plan = build_plan(load_settings({"portFirstCard": "2"}))
     names = {r.inputs["name"] for r in seed_stack.of_type(CONTAINER)}
     expected = {v.container_name for v in plan.vllm} | {p.container_name for p in plan.paddlex}
-    assert names == expected | {"paddleocr-fleet-gateway"}
+    assert names == expected | {"paddleocr-fleet-gateway", "paddleocr-fleet-gateway-keeper"}
     assert "vllm-ascend-paddleocr-9031-npu-0" in names and "paddle-9176-npu-0" in names
 
 
@@ -215,8 +220,14 @@ def test_growing_six_to_eight_cards_changes_no_existing_vllm_or_paddlex_resource
     after = {r.urn: r for r in record_stack({"cards": "8"}).resources}
     assert set(before) <= set(after)
     changed = sorted(r.name for urn, r in before.items() if r.inputs != after[urn].inputs)
-    # Only the gateway's config push changes; the gateway container ignores its upload.
-    assert changed == ["local-gateway", "local-gateway-config"]
+    # Only the config pushes of the gateway and its keeper change; their containers ignore
+    # their uploads.
+    assert changed == [
+        "local-gateway",
+        "local-gateway-config",
+        "local-gateway-keeper",
+        "local-gateway-keeper-config",
+    ]
     # Per card: the card, 2 vLLM and 6 PaddleX components, their 8 containers, 2 + 12 commands.
     assert len(after) - len(before) == 2 * (1 + 2 + 6 + 8 + 2 + 12)
 
@@ -295,8 +306,8 @@ def test_two_hosts_of_different_kinds_each_on_its_own_provider():
             if lab["label"] == "paddleocr-fleet.host"
         )
         assert container.provider.startswith(providers[f"docker-{host}"].urn)
-        if container.inputs["name"] == "paddleocr-fleet-gateway":
-            continue
+        if container.inputs["name"].startswith("paddleocr-fleet-gateway"):
+            continue  # the gateway and its keeper
         if host == "gpu-b":
             assert not container.inputs.get("devices")
             assert not container.inputs["privileged"]
@@ -344,7 +355,12 @@ def test_adding_or_removing_a_host_leaves_the_other_host_untouched():
     }
     assert set(only_a) <= set(both)
     changed = sorted(r.name for urn, r in only_a.items() if r.inputs != both[urn].inputs)
-    assert changed == ["npu-a-gateway", "npu-a-gateway-config"]
+    assert changed == [
+        "npu-a-gateway",
+        "npu-a-gateway-config",
+        "npu-a-gateway-keeper",
+        "npu-a-gateway-keeper-config",
+    ]
 
 
 def test_an_exported_docker_context_is_refused_before_anything_is_registered(monkeypatch):
@@ -400,3 +416,24 @@ def test_the_gateways_job_store_lives_in_a_host_folder_that_outlives_the_contain
     assert moved.named("local-gateway").inputs["volumes"][0]["hostPath"] == "/srv/ocr-jobs"
     with pytest.raises(ConfigError, match="config key 'gatewayJobsDir': must be an absolute"):
         record_stack({"cards": "1", "gatewayJobsDir": "jobs"})
+
+
+def test_the_keeper_runs_the_gateways_image_and_learns_of_new_instances_first():
+    recording = record_stack({"cards": "1"})
+    gateway, keeper = recording.named("local-gateway"), recording.named("local-gateway-keeper")
+    assert keeper.inputs["image"] == gateway.inputs["image"]
+    assert keeper.inputs["networkMode"] == "host" and keeper.ignore_changes == ["uploads"]
+    cleanup = recording.named("local-gateway-image-cleanup")
+    assert cleanup.urn in keeper.dependencies  # gone before the image it runs is removed
+    keeper_config = recording.named("local-gateway-keeper-config")
+    assert keeper_config.urn in recording.named("local-gateway-config").dependencies
+    assert (
+        json.loads(keeper_config.inputs["stdin"])["upstreams"]
+        == build_plan(load_settings({"cards": "1"})).upstreams()
+    )
+    gateway_config = json.loads(recording.named("local-gateway-config").inputs["stdin"])
+    assert {u["keeper"] for u in gateway_config["upstreams"]} == {"http://127.0.0.1:9102"}
+    off = record_stack({"cards": "1", "keeper": "false"})
+    assert not [r for r in off.resources if "keeper" in r.name]
+    config = json.loads(off.named("local-gateway-config").inputs["stdin"])
+    assert "keeper" not in config["upstreams"][0]

@@ -33,7 +33,7 @@ from tests.sim.helpers import wait_http_ok
 
 pytestmark = pytest.mark.docker
 
-VLLM_BASE, PADDLEX_BASE, GATEWAY_PORT = 19025, 19120, 19101
+VLLM_BASE, PADDLEX_BASE, GATEWAY_PORT, KEEPER_PORT = 19025, 19120, 19101, 19102
 STACK = "e2e-" + os.urandom(3).hex()
 GATEWAY_NAME = "paddleocr-fleet-gateway-e2e"
 STACK_LABEL = f"paddleocr-fleet.stack=paddleocr-fleet/{STACK}"
@@ -63,6 +63,7 @@ def fleet_config(model_dir: str) -> dict[str, str]:
         "paddlexBasePort": str(PADDLEX_BASE),
         "gatewayPort": str(GATEWAY_PORT),
         "gatewayContainerName": GATEWAY_NAME,
+        "keeperPort": str(KEEPER_PORT),
         "gatewayJobsDir": tempfile.mkdtemp(prefix="paddleocr-fleet-jobs-"),
         # No image registry here: the gateway image builds on the local base image.
         "buildArgs": json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
@@ -149,7 +150,11 @@ def container_ids() -> dict[str, str]:
 def _ports_holders() -> list[str]:
     """Containers of earlier runs of this module (their names carry its ports)."""
     names = docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
-    return [n for n in names if n == GATEWAY_NAME or re.search(r"-19[0-9]{3}-sim-", n)]
+    return [
+        n
+        for n in names
+        if n in (GATEWAY_NAME, f"{GATEWAY_NAME}-keeper") or re.search(r"-19[0-9]{3}-sim-", n)
+    ]
 
 
 class ContainerEvents:
@@ -228,7 +233,7 @@ def test_preview_of_a_new_stack_shows_the_creates_and_creates_nothing(fleet):
     assert ops == {"create"}
     plan = fleet.plan
     containers = [s for s in steps if s.type == "docker:index/container:Container"]
-    assert len(containers) == len(plan.vllm) + len(plan.paddlex) + 1
+    assert len(containers) == len(plan.vllm) + len(plan.paddlex) + 2  # the gateway, its keeper
     assert container_ids() == {}
 
 
@@ -322,6 +327,36 @@ def test_ocr_a_multipage_pdf_is_one_document_with_every_page(fleet):
     assert len(ports) == 12 and {int(p) for p in ports} <= set(binding(fleet).values())
 
 
+def test_a_jobs_slices_go_through_the_keeper_beside_the_gateway(fleet):
+    keeper = fleet.plan.gateway.keeper
+    assert keeper is not None
+    before = httpx.get(f"{keeper.local_url}/health", timeout=10).json()
+    created = httpx.post(
+        f"{fleet.gateway}/api/v2/ocr/jobs",
+        headers=USER,
+        data={"model": "PaddleOCR-VL-1.5"},
+        files={"file": ("doc.pdf", pdf_bytes(12), "application/pdf")},
+        timeout=60,
+    )
+    assert created.status_code == 200, created.text
+    job = created.json()["data"]["jobId"]
+    deadline, data = time.monotonic() + 120, {}
+    while time.monotonic() < deadline:
+        answer = httpx.get(f"{fleet.gateway}/api/v2/ocr/jobs/{job}", headers=USER, timeout=10)
+        data = answer.json()["data"]
+        if data["state"] in ("done", "failed"):
+            break
+        time.sleep(0.5)
+    assert data.get("state") == "done", data
+    lines = httpx.get(data["resultUrl"]["jsonUrl"], timeout=30).text.splitlines()
+    pages = [p for line in lines for p in json.loads(line)["result"]["layoutParsingResults"]]
+    assert len(pages) == 12
+    after = httpx.get(f"{keeper.local_url}/health", timeout=10).json()
+    # more than one slice, each sent through the keeper to the instance the gateway chose
+    assert after["calls_fresh"] - before["calls_fresh"] > 1
+    assert after["kept"] > before["kept"]
+
+
 def _ocr(client: httpx.Client, gateway: str) -> httpx.Response:
     return client.post(
         f"{gateway}/ocr",
@@ -385,7 +420,8 @@ def test_growing_to_two_cards_creates_only_the_new_card_while_clients_are_served
     created = {n for n, ops in changed(steps).items() if ops & {"create"}}
     assert created and all(n.startswith("local-card-1") for n in created), created
     updated = {n for n, ops in changed(steps).items() if not n.startswith("local-card-1")}
-    assert updated <= {"local-gateway-config"}, updated  # the config install runs again
+    # the config installs run again: the keeper's and the gateway's
+    assert updated <= {"local-gateway-config", "local-gateway-keeper-config"}, updated
     assert full_ids(list(before)) == before  # every existing container, the gateway's too
     assert len(old_plan.paddlex) * 2 == len(fleet.plan.paddlex)
 
@@ -421,7 +457,7 @@ def test_a_changed_vllm_setting_replaces_exactly_the_vllm_containers_first_delet
     test_every_paddlex_serves_and_answers_from_the_vllm_its_config_names(fleet)
 
 
-def test_a_changed_gateway_source_rebuilds_and_replaces_only_the_gateway(fleet):
+def test_a_changed_gateway_source_rebuilds_and_replaces_only_the_gateway_and_its_keeper(fleet):
     before = full_ids(list(container_ids()))
     old_image = built_images(fleet)
     source = fleet.stack.project / "gateway" / "postprocess.py"
@@ -434,6 +470,9 @@ def test_a_changed_gateway_source_rebuilds_and_replaces_only_the_gateway(fleet):
         "local-gateway",
         "local-gateway-config",
         "local-gateway-ready",
+        "local-gateway-keeper",
+        "local-gateway-keeper-config",
+        "local-gateway-keeper-ready",
     }, touched
     assert "local-gateway-image" in touched and "local-gateway" in touched
     new_image = built_images(fleet)
@@ -442,9 +481,10 @@ def test_a_changed_gateway_source_rebuilds_and_replaces_only_the_gateway(fleet):
         assert removed_unless_named_elsewhere(image), f"{image} is left"
     after = full_ids(list(container_ids()))
     gateway = fleet.plan.gateway.container_name
-    assert after[gateway] != before[gateway]
-    assert {n: i for n, i in after.items() if n != gateway} == {
-        n: i for n, i in before.items() if n != gateway
+    replaced = {gateway, f"{gateway}-keeper"}  # the keeper runs the gateway's image
+    assert all(after[name] != before[name] for name in replaced)
+    assert {n: i for n, i in after.items() if n not in replaced} == {
+        n: i for n, i in before.items() if n not in replaced
     }
     test_ocr_a_png_through_the_gateway(fleet)
 

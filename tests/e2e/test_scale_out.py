@@ -68,7 +68,8 @@ class Stack:
 @pytest.fixture(scope="module")
 def fleet(docker_engine):
     for name in docker("ps", "-a", "--format", "{{.Names}}").stdout.split():
-        if name in (GATEWAY_NAME, BALANCER_NAME) or re.search(r"-17[0-9]{3}-sim-", name):
+        leftover = name in (GATEWAY_NAME, f"{GATEWAY_NAME}-keeper", BALANCER_NAME)
+        if leftover or re.search(r"-17[0-9]{3}-sim-", name):
             docker("rm", "-f", name)  # leftovers of an interrupted run
     model_dir = temp_model_dir()
     config = {
@@ -81,6 +82,7 @@ def fleet(docker_engine):
         "paddlexBasePort": str(PADDLEX_BASE),
         "gatewayPort": str(GATEWAY_PORT),
         "gatewayContainerName": GATEWAY_NAME,
+        "keeperPort": str(GATEWAY_PORT + 1),
         "gatewayImage": "paddleocr-fleet/gateway:latest",
         "gatewayJobsDir": tempfile.mkdtemp(prefix="paddleocr-fleet-jobs-"),
         # No image registry here: the balancer image builds on the local base image.

@@ -62,6 +62,7 @@ def two_host_config(model_dir: str, host_b: NetnsHost) -> dict[str, str]:
         "paddlexPerVllm": "2",
         "modelDir": model_dir,
         "gatewayPort": "29101",
+        "keeperPort": "29102",
         "gatewayContainerName": "paddleocr-fleet-gateway-two-hosts",
         "gatewayImage": "paddleocr-fleet/gateway:latest",
         "gatewayJobsDir": f"{model_dir}/jobs",

@@ -11,9 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from gateway.keeper.server import KeeperApp, KeeperConfig, Upstreams
 from tests.doubles.paddlex_double import DoubleFleet
+from tests.doubles.servers import ServerThread
 from tests.gateway.jobs_helpers import (
     AUTH,
     jobs_config,
@@ -90,6 +93,47 @@ def test_killed_gateway_resumes_the_job_on_restart(
         ]
     assert [source_page(p) for p in pages] == list(range(36))
     assert not {f"{job_id}-{f}" for f in done_before} & set(redone), "finished slices redone"
+
+
+@pytest.mark.parametrize("per_page_s", [0.2, 0.75])  # done by the restart / still running
+def test_with_keepers_a_kill_parses_no_page_twice(
+    tmp_path: Path, processes: list[GatewayProcess], per_page_s: float
+) -> None:
+    """The slices running at the kill are not sent again: the restarted gateway takes their
+    answers from the keeper, or waits there for the parse still running."""
+    with DoubleFleet(3, per_page_s=per_page_s) as fleet:
+        keeper = ServerThread(KeeperApp(KeeperConfig(upstreams=Upstreams(fleet.urls)))).start()
+        try:
+            upstreams = [{"url": url, "keeper": keeper.url} for url in fleet.urls]
+            gateway = jobs_config(upstreams, tmp_path / "jobs", jobs={"lease_s": 1})
+            path = tmp_path / "gateway.json"
+            path.write_text(json.dumps(gateway))
+            first = GatewayProcess(path, tmp_path / "gw1.log", workers=None)
+            processes.append(first)
+            job_id = first.client.post(
+                "/api/v2/ocr/jobs", headers=AUTH, files={"file": ("d.pdf", numbered_pdf(36))}
+            ).json()["data"]["jobId"]
+            for _ in range(600):  # kill with slices done and slices running on instances
+                data = first.client.get(f"/api/v2/ocr/jobs/{job_id}", headers=AUTH).json()
+                if 0 < data["data"]["extractProgress"]["extractedPages"] < 24:
+                    break
+                time.sleep(0.02)
+            first.kill()
+            running = httpx.get(keeper.url + "/health", trust_env=False).json()["running"]
+            second = GatewayProcess(path, tmp_path / "gw2.log", workers=None)
+            processes.append(second)
+            data = wait_job(second.client, job_id, limit_s=120)
+            assert data["state"] == "done", data
+            pages = result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
+            stats = httpx.get(keeper.url + "/health", trust_env=False).json()
+        finally:
+            keeper.stop()
+        log_ids = _log_ids(fleet)
+    assert [source_page(p) for p in pages] == list(range(36))
+    assert running > 0, "nothing was running at the kill: the test proves nothing"
+    assert stats["calls_attached"] + stats["calls_kept"] + stats["calls_looked_up"] >= running
+    assert len(log_ids) == len(set(log_ids)), f"a slice was parsed twice: {sorted(log_ids)}"
+    assert "answer taken from a keeper" in second.log() or "waiting for it there" in second.log()
 
 
 def test_two_processes_share_one_store(tmp_path: Path, processes: list[GatewayProcess]) -> None:
