@@ -2,6 +2,7 @@
 
     python -m bench.dispatch_cost                 # 48 upstreams, queue mode, as bench.proxy_cpu
     python -m bench.dispatch_cost --upstreams 384 --busy 0.5
+    python -m bench.dispatch_cost --workers 2     # the pool of one of 2 workers (shared board)
 
 The pool gets the benchmark fleet's config (host, card and vLLM of every upstream, so the
 topology-aware key has something to read) and a service time for every upstream; then
@@ -13,17 +14,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 import time
+from pathlib import Path
 
 from bench.procs import gateway_config
+from gateway.occupancy import Board
 from gateway.pool import UpstreamPool
 from gateway.settings import parse_settings
 
 
-async def cost_us(upstreams: int, busy: float, rounds: int) -> float:
-    """Microseconds of CPU per acquire + release with ``busy`` of the upstreams leased."""
+async def cost_us(upstreams: int, busy: float, rounds: int, workers: int = 1) -> float:
+    """Microseconds of CPU per acquire + release with ``busy`` of the upstreams leased; with
+    ``workers`` > 1 the pool is worker 0's over a shared board (the other workers idle)."""
     urls = [f"http://127.0.0.1:{20000 + i}" for i in range(upstreams)]
-    pool = UpstreamPool(parse_settings(gateway_config(urls, "queue")))
+    settings = parse_settings(gateway_config(urls, "queue"))
+    if workers == 1:
+        return await _timed(UpstreamPool(settings), busy, rounds)
+    with tempfile.TemporaryDirectory() as run_dir:
+        board = Board(workers, Path(run_dir))
+        try:
+            return await _timed(UpstreamPool(settings, seat=board.seat(0)), busy, rounds)
+        finally:
+            board.close()
+
+
+async def _timed(pool: UpstreamPool, busy: float, rounds: int) -> float:
+    upstreams = len(pool.upstreams)
     for i in range(4 * upstreams):  # a service time for each, a little spread
         lease = await pool.acquire()
         pool.release(lease, "success", 0.01 + (i % 7) * 0.001)
@@ -43,12 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy", type=float, default=0.0, help="share of upstreams held")
     parser.add_argument("--rounds", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=1, help="1, or a shared board's size")
     args = parser.parse_args(argv)
     runs = [
-        asyncio.run(cost_us(args.upstreams, args.busy, args.rounds)) for _ in range(args.repeat)
+        asyncio.run(cost_us(args.upstreams, args.busy, args.rounds, args.workers))
+        for _ in range(args.repeat)
     ]
     print(
-        f"{args.upstreams} upstreams, {args.busy:.0%} busy: {min(runs):.1f} us per "
+        f"{args.upstreams} upstreams, {args.busy:.0%} busy, {args.workers} worker(s): "
+        f"{min(runs):.1f} us per "
         f"acquire + release (runs: {', '.join(f'{r:.1f}' for r in runs)})"
     )
     return 0
