@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from typing import TextIO
 
 FLUSH_S = 0.25
@@ -51,6 +52,10 @@ class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         except Exception:
             self.handleError(record)
             return
+        self.emit_line(line)
+
+    def emit_line(self, line: str) -> None:
+        """Queue a line already formatted (ending in the terminator)."""
         self._lines.append(line)
         self._size += len(line)
         if self._size >= self.batch_bytes:
@@ -78,6 +83,29 @@ class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             super().flush()
 
 
+class _AccessLines:
+    """The access log's own formatting, the same line as :func:`log_format` gives, without
+    a log record: the timestamp's seconds are formatted once per second."""
+
+    def __init__(self) -> None:
+        self.worker = ""
+        self.formatter: logging.Formatter | None = None  # the format these lines stand for
+        self._second = -1
+        self._stamp = ""
+
+    def line(self, text: str) -> str:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+        millis = int((now - second) * 1000)
+        return f"{self._stamp},{millis:03d} INFO{self.worker} {ACCESS_LOGGER}: {text}\n"
+
+
+_ACCESS_LINES = _AccessLines()
+
+
 def log_format(worker: int | None = None) -> str:
     """The line format; a supervisor's workers name themselves (``w1``)."""
     who = f" w{worker}" if worker is not None else ""
@@ -102,13 +130,22 @@ def configure_logging(level: str, access_log: bool = True) -> None:
         handler.close()
     batched = BatchedStreamHandler(sys.stderr)
     batched.setFormatter(formatter)
+    _ACCESS_LINES.formatter, _ACCESS_LINES.worker = formatter, ""
     access.addHandler(batched)
     access.propagate = False
 
 
 def access_line(logger: logging.Logger, msg: str, *args: object) -> None:
-    """``logger.info(msg, *args)`` without the caller lookup (``Logger.info`` walks the
-    stack for a file and line that the access lines never show)."""
+    """``logger.info(msg, *args)``; straight to the batched handler when it is the access
+    log's only way out (as :func:`configure_logging` sets it), else as a log record without
+    the caller lookup (``Logger.info`` walks the stack for a file and line never shown)."""
+    handlers = logger.handlers
+    if len(handlers) == 1 and not logger.propagate:
+        handler = handlers[0]
+        ours = handler.formatter is _ACCESS_LINES.formatter
+        if ours and isinstance(handler, BatchedStreamHandler) and handler.level <= logging.INFO:
+            handler.emit_line(_ACCESS_LINES.line(msg % args))
+            return
     logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, msg, args, None))
 
 
@@ -117,6 +154,7 @@ def name_worker_in_logs(worker: int) -> None:
     formatter = logging.Formatter(log_format(worker))
     for handler in logging.getLogger().handlers + logging.getLogger(ACCESS_LOGGER).handlers:
         handler.setFormatter(formatter)
+    _ACCESS_LINES.formatter, _ACCESS_LINES.worker = formatter, f" w{worker}"
 
 
 def flush_access_log() -> None:

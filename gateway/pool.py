@@ -83,7 +83,7 @@ class UpstreamPool(PoolHealth):
         self.handoff = None if seat is None else Handoff(seat, clock, self.kick)
         # attempts in flight at an upstream: this process's, or all workers'
         self._count: Callable[[Upstream], int] = attrgetter("in_flight")
-        self._load: dict[Hashable, int] = {}  # this process's leases per place (_places)
+        self._load: dict[Hashable, int] = {}  # this process's leases per place (Upstream.places)
         if self.handoff is not None:
             self._count = self.handoff.count
             self.queue.on_change = self._publish
@@ -108,7 +108,7 @@ class UpstreamPool(PoolHealth):
                 if self.handoff is not None and not self._claim_slot(current):
                     continue
             else:
-                current.spec = spec
+                current.set_spec(spec)
             upstreams.append(current)
         if not settings.health.enabled:
             for u in upstreams:
@@ -167,27 +167,28 @@ class UpstreamPool(PoolHealth):
         load = self._places_load()
         if not load:  # nothing in flight anywhere: every topology total is 0
             return [(count(u), classes.get(u.spec.url, 0)) for u in candidates]
+        get = load.get  # a place a spec does not name is None, never a key of ``load``
+        if not classes:  # every speed average: the class is 0 for all, left out of the key
+            return [
+                (count(u), get((k := u.place_keys)[0], 0), get(k[1], 0), get(k[2], 0))
+                for u in candidates
+            ]
         return [
-            (
-                count(u),
-                classes.get((s := u.spec).url, 0),
-                load.get(("vllm", s.vllm), 0) if s.vllm is not None else 0,
-                load.get(("card", s.host, s.card), 0) if s.card is not None else 0,
-                load.get(("host", s.host), 0) if s.host is not None else 0,
-            )
+            (count(u), classes.get(u.spec.url, 0), get((k := u.place_keys)[0], 0), get(k[1], 0),
+             get(k[2], 0))
             for u in candidates
-        ]
+        ]  # fmt: skip
 
     def _places_load(self) -> dict[Hashable, int]:
-        """Attempts in flight per vLLM, card and host (keys of :func:`_places`): kept up to
+        """Attempts in flight per vLLM, card and host (``Upstream.places``): kept up to
         date by the leases of this process, or summed over the workers' shared table."""
         if self.handoff is None:
             return self._load
         load: dict[Hashable, int] = {}
-        count = self._count
+        totals, base = self.handoff.seat.totals()
         for u in self.upstreams:
-            if n := count(u):
-                for place in _places(u):
+            if n := totals[base + u.slot]:
+                for place in u.places:
                     load[place] = load.get(place, 0) + n
         return load
 
@@ -231,7 +232,7 @@ class UpstreamPool(PoolHealth):
     # ----------------------------------------------------------------- leases
     def _lease(self, upstream: Upstream, queued_s: float = 0.0, limited: bool = True) -> Lease:
         upstream.in_flight += 1
-        places = _places(upstream)
+        places = upstream.places
         if self.handoff is not None:
             self.handoff.seat.add(upstream.slot, 1)
         else:
@@ -521,16 +522,3 @@ class UpstreamPool(PoolHealth):
                 "queue_depth": seat.waiting_per_worker(),
             }
         return doc
-
-
-def _places(u: Upstream) -> tuple[Hashable, ...]:
-    """The vLLM, card and host whose load an attempt at ``u`` adds to (those it names)."""
-    s = u.spec
-    places: list[Hashable] = []
-    if s.vllm is not None:
-        places.append(("vllm", s.vllm))
-    if s.card is not None:
-        places.append(("card", s.host, s.card))
-    if s.host is not None:
-        places.append(("host", s.host))
-    return tuple(places)

@@ -76,6 +76,22 @@ class Upstream:
     service_at: float = 0.0  # clock of the last service sample
     leases: set[Lease] = field(default_factory=set)  # attempts in flight here
     slot: int = -1  # its column in the workers' shared occupancy table (gateway.occupancy)
+    # the keys of its vLLM, card and host (None: not named), and those named; set with ``spec``
+    place_keys: tuple[Hashable | None, Hashable | None, Hashable | None] = (None, None, None)
+    places: tuple[Hashable, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.set_spec(self.spec)
+
+    def set_spec(self, spec: UpstreamSpec) -> None:
+        """Take a (reloaded) spec, and the places its topology names."""
+        self.spec = spec
+        self.place_keys = (
+            ("vllm", spec.vllm) if spec.vllm is not None else None,
+            ("card", spec.host, spec.card) if spec.card is not None else None,
+            ("host", spec.host) if spec.host is not None else None,
+        )
+        self.places = tuple(key for key in self.place_keys if key is not None)
 
     @property
     def url(self) -> str:

@@ -9,10 +9,19 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from gateway.errors import fresh_request_id
-from gateway.logs import BatchedStreamHandler
+from gateway.logs import (
+    ACCESS_LOGGER,
+    BatchedStreamHandler,
+    access_line,
+    configure_logging,
+    flush_access_log,
+    log_format,
+    name_worker_in_logs,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,3 +108,26 @@ def test_request_ids_are_unique_within_and_across_forked_processes():
         theirs = set(pipe.read().split())
     os.waitpid(pid, 0)
     assert len(theirs) == 1000 and not theirs & ours
+
+
+def test_an_access_line_reads_as_the_configured_format_gives_it(capsys):
+    root_level = logging.getLogger().level
+    configure_logging("info")
+    name_worker_in_logs(3)
+    access = logging.getLogger(ACCESS_LOGGER)
+    try:
+        access_line(access, '%s "%s" %d', "127.0.0.1:5", "POST /ocr", 200)
+        expected = logging.Formatter(log_format(3)).format(
+            access.makeRecord(ACCESS_LOGGER, logging.INFO, "", 0, '%s "%s" %d',
+                              ("127.0.0.1:5", "POST /ocr", 200), None)
+        )  # fmt: skip
+        flush_access_log()
+        written = capsys.readouterr().err.splitlines()[-1]
+    finally:
+        access.handlers.clear()
+        access.propagate = True
+        logging.getLogger().setLevel(root_level)
+    # the same line but for the time (a clock read apart)
+    assert written[23:] == expected[23:] == ' INFO w3 gateway.access: 127.0.0.1:5 "POST /ocr" 200'
+    stamp = time.mktime(time.strptime(written[:19], "%Y-%m-%d %H:%M:%S"))
+    assert abs(stamp - time.time()) < 5 and written[19] == "," and written[20:23].isdigit()
