@@ -153,6 +153,7 @@ def test_a_window_with_too_few_requests_is_run_again(monkeypatch):
             "cpu_ms": None,
             "fleet_cpu_s": 0.2,
             "fleet_cpu_ms": None,
+            "other_cores": 0.0,
         }
 
     monkeypatch.setattr(cpu_cell, "check_answer", lambda ep, body: "")
@@ -166,6 +167,23 @@ def test_a_window_with_too_few_requests_is_run_again(monkeypatch):
     monkeypatch.setattr(cpu_cell, "measure_window", lambda *a: {**fake_window(*a), "forwarded": 5})
     out = cpu_cell.run_cell(ep, b"{}", Path("x.lua"), 32, spec, 12.0, 3, 4)
     assert "fewer than 32" in out["failed"] and out["cpu_ms"] is None
+
+
+def test_a_window_while_other_processes_were_busy_is_measured_again(monkeypatch):
+    others = iter([0.9, 0.4, 0.6])  # the quietest of three tries is kept
+
+    def fake_window(ep, script, conc, win, fleet_pid, admin):
+        other = next(others)
+        return {"forwarded": 40, "rps": 20.0, "wrk_rps": 20.0, "window_s": [0.3, 1.8],
+                "cpu_s": other, "cpu_ms": None, "fleet_cpu_s": 0.2, "fleet_cpu_ms": None,
+                "other_cores": other}  # fmt: skip
+
+    monkeypatch.setattr(cpu_cell, "check_answer", lambda ep, body: "")
+    monkeypatch.setattr(cpu_cell, "measure_window", fake_window)
+    ep = cpu_cell.Endpoint("gateway", "pass", 1, 2)
+    out = cpu_cell.run_cell(ep, b"{}", Path("x.lua"), 1, cpu_cell.WindowSpec(), 12.0, 3, 4)
+    assert out["busy_windows"] == [0.9, 0.4, 0.6] and out["other_cores"] == 0.4
+    assert out["cpu_ms"] == 10.0  # 0.4 s over 40 requests
 
 
 def test_recorded_command_leaves_out_where_results_go():
