@@ -97,7 +97,7 @@ class Gateway(pulumi.ComponentResource):
         )
         self.ready = command.local.Command(
             f"{name}-ready",
-            create=render.gateway_ready_command(settings, gateway),
+            create=render.gateway_ready_command(gateway),
             environment=gateway.host.docker_env,
             triggers=[self.container.id],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.install]),

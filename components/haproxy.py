@@ -21,7 +21,7 @@ import shlex
 from dataclasses import dataclass
 
 from components.plan import BalancerPlan, FleetPlan
-from components.render import CURL_PROBE, gateway_settings, wait_for_http
+from components.render import CURL_PROBE, gateway_settings, service_ready_command
 from components.settings import FleetSettings
 
 JOBS_PREFIX = "/api/v2/ocr/"
@@ -208,12 +208,4 @@ def balancer_config_install_command(balancer: BalancerPlan) -> str:
 
 def balancer_ready_command(balancer: BalancerPlan) -> str:
     """Ready once a document route reaches a gateway through it: `/ready` is passed on."""
-    return wait_for_http(
-        url=f"{balancer.local_url}{CHECK_PATH}",
-        what="the balancer",
-        container=balancer.container_name,
-        timeout_s=120,
-        interval_s=1,
-        log_hint=f"docker logs {balancer.container_name}",
-        probe=CURL_PROBE,
-    )
+    return service_ready_command(balancer, "the balancer", CHECK_PATH, CURL_PROBE)

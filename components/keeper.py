@@ -1,5 +1,6 @@
 """`SliceKeeper`: the container beside a gateway that job slices go through to its PaddleX
-instances (`gateway.keeper`). It runs the gateway's image and outlives the gateway process: a
+instances (`gateway.keeper`), listening on its host's loopback only. It runs the gateway's
+image and outlives the gateway process: a
 gateway that dies mid-job finds, on its restart, the slices it had running instead of parsing
 them again. Its config (the instances it may call) is swapped in by `docker exec` when the
 fleet changes, so growing the fleet does not replace it.
@@ -75,5 +76,5 @@ class SliceKeeper(pulumi.ComponentResource):
             triggers=[self.container.id],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.installed]),
         )
-        self.url = self.ready.stdout.apply(lambda _: keeper.url)
+        self.url = self.ready.stdout.apply(lambda _: keeper.local_url)
         self.register_outputs({"url": self.url})

@@ -25,7 +25,14 @@ from typing import Any
 import yaml
 
 from components.access import gateway_auth
-from components.plan import FleetPlan, GatewayPlan, KeeperPlan, PaddlexInstance, VllmInstance
+from components.plan import (
+    BalancerPlan,
+    FleetPlan,
+    GatewayPlan,
+    KeeperPlan,
+    PaddlexInstance,
+    VllmInstance,
+)
 from components.settings import FleetSettings
 from gateway.settings import Settings as GatewaySettings
 from gateway.settings import parse_settings
@@ -260,26 +267,31 @@ def paddlex_ready_command(settings: FleetSettings, paddlex: PaddlexInstance) -> 
     )
 
 
-def gateway_ready_command(settings: FleetSettings, gateway: GatewayPlan) -> str:
+def service_ready_command(
+    service: GatewayPlan | KeeperPlan | BalancerPlan,
+    what: str,
+    path: str,
+    probe: tuple[str, ...] = PYTHON_PROBE,
+) -> str:
+    """Ready once `path` of a service the stack runs from its own image answers (within
+    2 minutes; its log: `docker logs`)."""
     return wait_for_http(
-        url=f"{gateway.local_url}/ready",
-        what="the gateway",
-        container=gateway.container_name,
+        url=f"{service.local_url}{path}",
+        what=what,
+        container=service.container_name,
         timeout_s=120,
         interval_s=1,
-        log_hint=f"docker logs {gateway.container_name}",
+        log_hint=f"docker logs {service.container_name}",
+        probe=probe,
     )
+
+
+def gateway_ready_command(gateway: GatewayPlan) -> str:
+    return service_ready_command(gateway, "the gateway", "/ready")
 
 
 def keeper_ready_command(keeper: KeeperPlan) -> str:
-    return wait_for_http(
-        url=f"{keeper.local_url}/health",
-        what="the slice keeper",
-        container=keeper.container_name,
-        timeout_s=120,
-        interval_s=1,
-        log_hint=f"docker logs {keeper.container_name}",
-    )
+    return service_ready_command(keeper, "the slice keeper", "/health")
 
 
 def gateway_upstream(paddlex: PaddlexInstance) -> dict[str, Any]:
@@ -355,9 +367,11 @@ def gateway_config_install_command(gateway: GatewayPlan) -> str:
 
 
 def keeper_argv(keeper: KeeperPlan) -> list[str]:
+    """On its host's loopback only: its one client is the gateway beside it, and what it keeps
+    is other callers' results."""
     return [
         "python", "-m", "gateway.keeper", "--config", keeper.config_path,
-        "--host", "0.0.0.0", "--port", str(keeper.port),
+        "--host", "127.0.0.1", "--port", str(keeper.port),
     ]  # fmt: skip
 
 
@@ -460,7 +474,7 @@ def _entry_points(plan: FleetPlan) -> dict[str, Any]:
         if g.keeper is not None:
             entry["keeper"] = {
                 "port": g.keeper.port,
-                "url": g.keeper.url,
+                "url": g.keeper.local_url,  # on the gateway host's loopback only
                 "container": g.keeper.container_name,
                 "config_path": g.keeper.config_path,
             }

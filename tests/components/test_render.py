@@ -384,7 +384,7 @@ def test_rendered_scripts_are_valid_shell(seed):
     scripts += [render.paddlex_ready_command(settings, p) for p in plan.paddlex]
     scripts += [render.paddlex_start_command(settings, p) for p in plan.paddlex]
     scripts += [render.paddlex_stop_command(p) for p in plan.paddlex]
-    scripts += [render.gateway_ready_command(settings, plan.gateway)]
+    scripts += [render.gateway_ready_command(plan.gateway)]
     assert plan.gateway.keeper is not None
     scripts += [render.keeper_ready_command(plan.gateway.keeper)]
     for script in scripts:
