@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -43,7 +44,7 @@ from gateway.occupancy import Seat
 from gateway.pool import UpstreamPool
 from gateway.proxy import Proxy
 from gateway.reload import ConfigWatcher
-from gateway.settings import HttpSettings, Settings
+from gateway.settings import Settings
 from gateway.upstream_http import UpstreamClient
 from gateway.urlguard import Resolver, UrlGuard, guarded_client
 from gateway.worker_metrics import WorkerMetrics
@@ -62,18 +63,29 @@ def upstream_origins(settings: Settings) -> tuple[str, ...]:
     return tuple(dict.fromkeys(upstream_origin(spec.url) for spec in settings.upstreams))
 
 
-def make_client(http: HttpSettings) -> UpstreamClient:
+def keepers(settings: Settings) -> Counter[str]:
+    """How many upstreams name each slice keeper."""
+    return Counter(spec.keeper for spec in settings.upstreams if spec.keeper)
+
+
+def make_client(settings: Settings) -> UpstreamClient:
     """The one shared upstream client: a keep-alive pool per upstream origin
     (:mod:`gateway.upstream_http`), each at most ``http.pool_max_connections`` open and
     ``http.pool_max_keepalive_connections`` idle, idle ones closed after
-    ``http.pool_keepalive_s``."""
-    return UpstreamClient(
+    ``http.pool_keepalive_s``; a slice keeper's origin may have a connection for every
+    upstream behind it (one job slice each)."""
+    http = settings.http
+    client = UpstreamClient(
         max_connections=http.pool_max_connections,
         max_idle=http.pool_max_keepalive_connections,
         keepalive_s=http.pool_keepalive_s,
         connect_timeout_s=http.connect_timeout_s,
         timeout_s=http.timeout_s,
     )
+    for keeper, upstreams in keepers(settings).items():
+        if upstreams > http.pool_max_connections:
+            client.allow(keeper, upstreams)
+    return client
 
 
 class Runtime:
@@ -130,7 +142,7 @@ class Runtime:
         return self._fetch_client
 
     async def start(self) -> None:
-        self.client = make_client(self.settings.http)
+        self.client = make_client(self.settings)
         self.aux_client = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
             trust_env=False,
@@ -212,9 +224,10 @@ class Runtime:
         if self.client is not None and (
             new.http.model_dump() != old.http.model_dump()
             or set(origins) != set(upstream_origins(old))
+            or keepers(new) != keepers(old)
         ):
             retired = self.client
-            self.client = make_client(new.http)
+            self.client = make_client(new)
             grace = old.http.request_deadline_s + 5
             task = asyncio.get_running_loop().create_task(self._close_later(retired, grace))
             self._retired.add(task)

@@ -198,6 +198,13 @@ class _Pool:
             self.open -= 1
         self._wake()
 
+    def wake_all(self) -> None:
+        """Let every waiter try again (the limit was raised)."""
+        waiters, self.waiters = self.waiters, deque()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     def _wake(self) -> None:
         while self.waiters:
             waiter = self.waiters.popleft()
@@ -230,15 +237,27 @@ class UpstreamClient:
         self.timeout_s = timeout_s
         self.pools: dict[tuple[str, str, int], _Pool] = {}
         self._routes: dict[tuple[str, str], tuple[_Pool, bytes]] = {}
+        self._limits: dict[tuple[str, str, int], int] = {}  # origins allowed more connections
 
     def _pool(self, scheme: str, host: str, port: int) -> _Pool:
         key = (scheme, host, port)
         pool = self.pools.get(key)
         if pool is None:
-            pool = self.pools[key] = _Pool(
-                host, port, scheme == "https", self.max_connections, self.max_idle
-            )
+            limit = self._limits.get(key, self.max_connections)
+            pool = self.pools[key] = _Pool(host, port, scheme == "https", limit, self.max_idle)
         return pool
+
+    def allow(self, url: str, connections: int) -> None:
+        """Let the origin of ``url`` have up to ``connections`` open (more than
+        ``max_connections``: a slice keeper in front of many instances)."""
+        parts = urlsplit(url)
+        scheme = parts.scheme
+        key = (scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80))
+        self._limits[key] = connections
+        pool = self.pools.get(key)
+        if pool is not None:
+            pool.limit = connections
+            pool.wake_all()
 
     async def post(
         self,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from gateway.runtime import make_client, upstream_origin
-from gateway.settings import HttpSettings
+from gateway.settings import HttpSettings, parse_settings
 from gateway.upstream_http import UpstreamClient
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway, gateway_config
@@ -65,11 +65,16 @@ class Load:
 
 
 def test_make_client_applies_the_http_settings():
-    http = HttpSettings(pool_max_connections=7, pool_max_keepalive_connections=3)
-    client = make_client(http)
+    http = {"pool_max_connections": 7, "pool_max_keepalive_connections": 3}
+    keeper = "http://127.0.0.1:9102"
+    upstreams = [{"url": f"http://127.0.0.1:{9120 + i}", "keeper": keeper} for i in range(9)]
+    client = make_client(parse_settings({"upstreams": upstreams, "http": http}))
     assert (client.max_connections, client.max_idle) == (7, 3)
-    assert client.keepalive_s == http.pool_keepalive_s
+    assert client.keepalive_s == HttpSettings().pool_keepalive_s
     assert upstream_origin("http://127.0.0.1:9126/some/prefix") == "http://127.0.0.1:9126"
+    # a keeper in front of 9 upstreams may hold a job slice for each at once
+    assert client._pool("http", "127.0.0.1", 9102).limit == 9
+    assert client._pool("http", "127.0.0.1", 9120).limit == 7
 
 
 def test_upstream_client_uses_one_pool_per_upstream(start_gateway, tmp_path):

@@ -169,6 +169,30 @@ def test_idle_connections_expire_and_the_cap_makes_requests_wait() -> None:
     run(main())
 
 
+def test_an_origin_allowed_more_connections_lets_its_waiters_through() -> None:
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            await asyncio.sleep(0.3)
+            writer.write(answer(b"{}"))
+            await writer.drain()
+
+    async def main() -> None:
+        async with serve(slow) as (url, accepted):
+            client = UpstreamClient(max_connections=1)
+            calls = [asyncio.ensure_future(client.post(url, json={})) for _ in range(3)]
+            await asyncio.sleep(0.1)
+            assert len(accepted) == 1  # the others wait for the one connection
+            client.allow(url, 3)  # e.g. a slice keeper in front of three instances
+            await asyncio.sleep(0.1)
+            assert len(accepted) == 3  # the waiters connect at once, not one by one
+            await asyncio.gather(*calls)
+            client.allow("http://127.0.0.1:9", 5)  # an origin not used yet: its first pool
+            assert client._pool("http", "127.0.0.1", 9).limit == 5
+
+    run(main())
+
+
 def test_header_injection_and_other_schemes_are_refused() -> None:
     async def main() -> None:
         client = UpstreamClient()
