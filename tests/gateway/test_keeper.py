@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -18,8 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.keeper.client import Found, find_slice, post_slice
 from gateway.keeper.server import KeeperApp, KeeperConfig, Upstreams
 from gateway.keeper.store import Answer, KeeperStore
+from gateway.settings import UpstreamSpec
+from gateway.upstream import Upstream
+from gateway.upstream_http import UpstreamClient
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 from tests.gateway.jobs_helpers import numbered_pdf
@@ -197,3 +202,36 @@ def test_bad_arguments_are_usage_errors(args: list[str], message: str) -> None:
         env={"PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 2 and message in done.stderr
+
+
+def _closed_port_url() -> str:
+    """A loopback URL nothing listens on (connections are refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("keeper_state", ["down", "does not serve it"])
+def test_a_slice_goes_straight_to_its_instance_when_the_keeper_cannot_take_it(
+    fleet: DoubleFleet, keeper_state: str
+) -> None:
+    # a keeper that serves only fleet[1] does not know fleet[0]: a 421, then directly
+    served = ServerThread(KeeperApp(KeeperConfig(upstreams=Upstreams([fleet.urls[1]])))).start()
+    try:
+        url = _closed_port_url() if keeper_state == "down" else served.url
+        upstream = Upstream(spec=UpstreamSpec(url=fleet.urls[0], keeper=url))
+
+        async def send() -> tuple[int, Found]:
+            client = UpstreamClient()
+            try:
+                reply = await post_slice(client, upstream, _body("direct:0:2"), "direct:0:2", 30)
+                found = await find_slice(client, [url], "direct:0:2", 2)
+                return reply.status_code, found
+            finally:
+                await client.aclose()
+
+        status, found = asyncio.run(send())
+    finally:
+        served.stop()
+    assert status == 200 and len(fleet[0].layout_requests()) == 1
+    assert found == Found()  # nothing kept, and an unreachable keeper is no error
