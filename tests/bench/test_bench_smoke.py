@@ -118,5 +118,6 @@ def test_dispatch_cost_times_real_leases(capsys):
     from bench import dispatch_cost
 
     assert asyncio.run(dispatch_cost.cost_us(8, 0.5, 50)) > 0
+    assert asyncio.run(dispatch_cost.cost_us(8, 0.5, 50, workers=2)) > 0  # over a shared board
     assert dispatch_cost.main(["--upstreams", "8", "--rounds", "20", "--repeat", "1"]) == 0
-    assert "8 upstreams, 0% busy:" in capsys.readouterr().out
+    assert "8 upstreams, 0% busy, 1 worker(s):" in capsys.readouterr().out
