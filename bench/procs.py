@@ -239,6 +239,15 @@ def snapshot_gateway(workdir: Path) -> Path:
     return src
 
 
+def gateway_env(src: Path | None) -> dict[str, str]:
+    """The environment of a process of the gateway's package: unbuffered, importing ``src``'s
+    copy of ``gateway/`` when given."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    return env
+
+
 def gateway_import_error(src: Path) -> str | None:
     """None if ``python -m gateway`` can import from ``src``; else the error's last lines."""
     r = subprocess.run(
@@ -262,9 +271,7 @@ async def start_gateway(
     cfg_path.write_text(json.dumps(cfg, indent=1))
     log_path = workdir / f"gateway-{name}.log"
     port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if src is not None:
-        env["PYTHONPATH"] = str(src)
+    env = gateway_env(src)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [
@@ -336,9 +343,7 @@ async def start_keeper(
 ) -> KeeperProc:
     """A slice keeper for ``urls`` on a free loopback port, healthy when this returns."""
     port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if src is not None:
-        env["PYTHONPATH"] = str(src)
+    env = gateway_env(src)
     log_path = workdir / "keeper.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(

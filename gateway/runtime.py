@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -63,11 +62,6 @@ def upstream_origins(settings: Settings) -> tuple[str, ...]:
     return tuple(dict.fromkeys(upstream_origin(spec.url) for spec in settings.upstreams))
 
 
-def keepers(settings: Settings) -> Counter[str]:
-    """How many upstreams name each slice keeper."""
-    return Counter(spec.keeper for spec in settings.upstreams if spec.keeper)
-
-
 def make_client(settings: Settings) -> UpstreamClient:
     """The one shared upstream client: a keep-alive pool per upstream origin
     (:mod:`gateway.upstream_http`), each at most ``http.pool_max_connections`` open and
@@ -82,7 +76,7 @@ def make_client(settings: Settings) -> UpstreamClient:
         connect_timeout_s=http.connect_timeout_s,
         timeout_s=http.timeout_s,
     )
-    for keeper, upstreams in keepers(settings).items():
+    for keeper, upstreams in settings.keepers.items():
         if upstreams > http.pool_max_connections:
             client.allow(keeper, upstreams)
     return client
@@ -224,7 +218,7 @@ class Runtime:
         if self.client is not None and (
             new.http.model_dump() != old.http.model_dump()
             or set(origins) != set(upstream_origins(old))
-            or keepers(new) != keepers(old)
+            or new.keepers != old.keepers
         ):
             retired = self.client
             self.client = make_client(new)

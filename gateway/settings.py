@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -306,6 +307,11 @@ class Settings(_Section):
     @property
     def upstream_urls(self) -> list[str]:
         return [spec.url for spec in self.upstreams]
+
+    @property
+    def keepers(self) -> dict[str, int]:
+        """The slice keepers the upstreams name, each with how many upstreams name it."""
+        return dict(Counter(spec.keeper for spec in self.upstreams if spec.keeper))
 
 
 def strip_json_comments(text: str) -> str:

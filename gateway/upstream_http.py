@@ -31,7 +31,7 @@ import ssl
 import time
 from collections import deque
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import httptools
 import httpx
@@ -250,9 +250,7 @@ class UpstreamClient:
     def allow(self, url: str, connections: int) -> None:
         """Let the origin of ``url`` have up to ``connections`` open (more than
         ``max_connections``: a slice keeper in front of many instances)."""
-        parts = urlsplit(url)
-        scheme = parts.scheme
-        key = (scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80))
+        key = _origin(urlsplit(url), url)
         self._limits[key] = connections
         pool = self.pools.get(key)
         if pool is not None:
@@ -319,15 +317,11 @@ class UpstreamClient:
         route = self._routes.get((method, url))
         if route is None:
             parts = urlsplit(url)
-            scheme = parts.scheme
-            if scheme not in ("http", "https") or not parts.hostname:
-                raise httpx.UnsupportedProtocol(f"not an http(s) URL: {url!r}")
-            port = parts.port or (443 if scheme == "https" else 80)
             target = parts.path or "/"
             if parts.query:
                 target += "?" + parts.query
             head = f"{method} {target} HTTP/1.1\r\nhost: {parts.netloc}\r\n".encode("latin-1")
-            route = (self._pool(scheme, parts.hostname, port), head)
+            route = (self._pool(*_origin(parts, url)), head)
             if len(self._routes) < 4096:
                 self._routes[method, url] = route
         return route
@@ -335,3 +329,11 @@ class UpstreamClient:
     async def aclose(self) -> None:
         for pool in self.pools.values():
             pool.close()
+
+
+def _origin(parts: SplitResult, url: str) -> tuple[str, str, int]:
+    """``(scheme, host, port)`` of an http(s) URL, the key of its connection pool."""
+    scheme = parts.scheme
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise httpx.UnsupportedProtocol(f"not an http(s) URL: {url!r}")
+    return scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80)

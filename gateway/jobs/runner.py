@@ -342,7 +342,7 @@ class JobRunner:
         """For a slice that may have been sent before (a crash or a lost lease): its pages if
         a keeper kept the answer, else the instance still parsing it (to wait for it there)."""
         settings = self.runtime.settings
-        keepers = sorted({spec.keeper for spec in settings.upstreams if spec.keeper})
+        keepers = sorted(settings.keepers)
         client = self.runtime.client
         if not keepers or client is None:
             return None, None

@@ -35,7 +35,7 @@ from urllib.parse import unquote
 import httpx
 
 from gateway.keeper.store import Answer, KeeperStore
-from gateway.settings import UpstreamSpec
+from gateway.settings import ConfigError, parse_settings
 from gateway.upstream_http import UpstreamClient
 
 KEY_HEADER = "idempotency-key"
@@ -79,14 +79,17 @@ class Upstreams:
 
 
 def read_upstreams(path: Path) -> list[str]:
-    """The upstream URLs of a gateway-format config file."""
+    """The upstream URLs of a gateway-format config file (validated as the gateway does)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        entries = data["upstreams"]
-        specs = [UpstreamSpec(url=e) if isinstance(e, str) else UpstreamSpec(**e) for e in entries]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: no valid 'upstreams' list ({exc})") from None
-    return [spec.url for spec in specs]
+    except ValueError as exc:
+        raise ValueError(f"{path}: invalid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("upstreams"), list):
+        raise ValueError(f"{path}: no 'upstreams' list")
+    try:
+        return parse_settings({"upstreams": data["upstreams"]}).upstream_urls
+    except ConfigError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 @dataclass(frozen=True)

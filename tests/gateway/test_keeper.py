@@ -181,6 +181,13 @@ def test_a_config_file_is_read_again_when_it_changes(tmp_path: Path, fleet: Doub
     path.write_text("{")  # half-written: the list it had stays
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 2 * 10**9))
     assert upstreams.allows(fleet.urls[1]) and not upstreams.allows(METADATA)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"upstreams": [{"url": "ftp://x"}]}))
+    with pytest.raises(ValueError, match=r"upstreams\[0\]\.url.*must start with http"):
+        Upstreams(path=bad)
+    bad.write_text(json.dumps({"instances": fleet.urls}))
+    with pytest.raises(ValueError, match="no 'upstreams' list"):
+        Upstreams(path=bad)
 
 
 @pytest.mark.parametrize(

@@ -64,6 +64,19 @@ async def echo_forever(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
         await writer.drain()
 
 
+def answering_after(delay_s: float) -> Handler:
+    """A handler that answers each request ``delay_s`` after it is read, one at a time."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            await asyncio.sleep(delay_s)
+            writer.write(answer(b"{}"))
+            await writer.drain()
+
+    return handler
+
+
 def run(coro) -> object:
     return asyncio.run(coro)
 
@@ -148,15 +161,8 @@ def test_the_deadline_raises_read_timeout_and_the_connection_is_not_reused() -> 
 
 
 def test_idle_connections_expire_and_the_cap_makes_requests_wait() -> None:
-    async def one_at_a_time(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            await read_request(reader)
-            await asyncio.sleep(0.1)
-            writer.write(answer(b"{}"))
-            await writer.drain()
-
     async def main() -> None:
-        async with serve(one_at_a_time) as (url, accepted):
+        async with serve(answering_after(0.1)) as (url, accepted):
             client = UpstreamClient(max_connections=2, keepalive_s=0.3)
             await asyncio.gather(*(client.post(url, json={}) for _ in range(6)))
             assert len(accepted) == 2  # six requests over at most two connections
@@ -170,15 +176,8 @@ def test_idle_connections_expire_and_the_cap_makes_requests_wait() -> None:
 
 
 def test_an_origin_allowed_more_connections_lets_its_waiters_through() -> None:
-    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            await read_request(reader)
-            await asyncio.sleep(0.3)
-            writer.write(answer(b"{}"))
-            await writer.drain()
-
     async def main() -> None:
-        async with serve(slow) as (url, accepted):
+        async with serve(answering_after(0.3)) as (url, accepted):
             client = UpstreamClient(max_connections=1)
             calls = [asyncio.ensure_future(client.post(url, json={})) for _ in range(3)]
             await asyncio.sleep(0.1)
