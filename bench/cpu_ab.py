@@ -1,50 +1,142 @@
-"""CPU per request of gateway revisions side by side, in interleaved rounds (one run).
+"""Gateway variants side by side, in interleaved rounds of one run: CPU per request, throughput.
 
 On a shared machine CPU time per request drifts by tens of percent within minutes (other
-people's work contends for the cores and caches; nginx itself shows it), so two revisions
-measured minutes apart cannot be compared. Here every revision runs at once against the same
+people's work contends for the cores and caches; nginx itself shows it), so two variants
+measured minutes apart cannot be compared. Here every variant runs at once against the same
 zero-latency fleet, and wrk drives each in turn, round after round: the median and the best
-round of each, and each revision's median against the first one's.
+round of each, and each variant's median against the first one's. A variant is a revision of
+``gateway/`` with a worker count.
 
     python -m bench.cpu_ab --revs 8e31c30,HEAD --routes pass,ocr --sizes "tiny,1 MB"
     python -m bench.cpu_ab --revs HEAD, --workers 2     # '' (a trailing comma): the working tree
+    python -m bench.cpu_ab --revs HEAD --workers 1,2 --fleet canned -c 32 --routes ocr \\
+        --sizes "tiny,1 MB" --out bench/results/workers-scaling.json   # what workers buy
 
-CPU is the revision's whole process tree (``bench.procstat``) over wrk's run, divided by the
+CPU is the variant's whole process tree (``bench.procstat``) over wrk's run, divided by the
 requests wrk saw answered (each is one upstream request on ``pass``, two on ``ocr``).
+Throughput is wrk's answers per second. ``--fleet canned`` puts the gateway in front of one
+nginx worker answering every upstream port with a fixed PaddleX answer (``bench.proxies``), so
+that on a small machine the fleet takes as little CPU from the gateway as it can; ``sim`` is the
+simulated fleet (``bench.fleet``), which reads every document. The cores the others used (wrk,
+the fleet, everything else on the machine) are measured in each run and reported, since they
+bound what a second worker can add on a machine whose cores they share.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
+import multiprocessing
 import statistics
 import subprocess
+import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.cpu_cell import ROUTES
+from bench.fleet import layout_answer, restructure_answer
 from bench.procs import gateway_config, snapshot_gateway, start_fleet
-from bench.procstat import tree_cpu_s
-from bench.proxies import snapshot_rev, start_gateway
-from bench.proxy_cpu import bodies, document
+from bench.procstat import MachineMeter, TreeMeter
+from bench.proxies import ProxyProc, snapshot_rev, start_canned_fleet, start_gateway
+from bench.proxy_cpu import SIZES, bodies, document
 from bench.workload import FleetSpec
 from bench.wrk import parse_output, write_script, wrk_command
 
 
-def measure(args: argparse.Namespace) -> list[dict]:
-    """Every (route, size) cell: per revision the CPU per request of each round."""
-    workdir = Path(tempfile.mkdtemp(prefix="bench-cpu-ab-"))
+@dataclass(frozen=True)
+class Variant:
+    """One gateway to measure: ``gateway/`` of ``rev`` ('' the working tree), ``workers``."""
+
+    rev: str
+    workers: int
+
+    def name(self, many_workers: bool) -> str:
+        base = self.rev or "worktree"
+        return f"{base} x{self.workers}" if many_workers else base
+
+
+def canned_answers() -> dict[str, dict]:
+    """What every upstream of the canned fleet answers, by path: one 8 x 8 page of text."""
+    layout = layout_answer("bench document 0 served by the canned fleet", 1, 1, "bench")
+    pages = [{**p, "markdownImages": {}} for p in layout["result"]["layoutParsingResults"]]
+    return {
+        "/layout-parsing": layout,
+        "/restructure-pages": restructure_answer(pages, True, "bench"),
+        "/health": {"logId": "bench", "errorCode": 0, "errorMsg": "Healthy"},
+    }
+
+
+def _spin(n: int) -> float:
+    t = time.perf_counter()
+    s = 0
+    for i in range(n):
+        s += i * i
+    return time.perf_counter() - t
+
+
+def parallel_speedup(n: int = 4_000_000) -> float:
+    """How much faster two CPU-bound processes do two loops than one does one: 2.0 is ideal."""
+    _spin(n // 10)
+    one = _spin(n)
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        pool.map(_spin, [n // 10, n // 10])  # started and warm
+        t = time.perf_counter()
+        pool.map(_spin, [n, n])
+        two = time.perf_counter() - t
+    return round(2 * one / two, 2)
+
+
+def _start_fleet(kind: str, workdir: Path) -> tuple[list[str], int, object]:
+    """(upstream URLs, the fleet's pid, a handle with ``stop()``) of the ``kind`` fleet."""
+    if kind == "canned":
+        ng: ProxyProc = start_canned_fleet(48, workdir / "canned-fleet", canned_answers())
+        return [f"http://127.0.0.1:{p}" for p in ng.ports], ng.pid, ng
     fleet = start_fleet(FleetSpec(n=48, slow_factors=(), zero_latency=True))
+    return fleet.urls, fleet.proc.pid, fleet
+
+
+def _run_once(gw: ProxyProc, script: Path, args: argparse.Namespace, fleet_pid: int) -> dict:
+    """One wrk run against ``gw``: CPU per answer, answers per second, the others' cores."""
+    gateway, fleet, machine = TreeMeter(gw.pid), TreeMeter(fleet_pid), MachineMeter()
+    t0 = time.monotonic()
+    cmd = wrk_command(f"http://127.0.0.1:{gw.port}", script, args.c, args.s)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    elapsed = time.monotonic() - t0
+    res = parse_output(out.stdout)
+    gw_s, fleet_s, busy = gateway.read(), fleet.read(), machine.read()
+    return {
+        "ms": gw_s / max(1, res.requests) * 1000,
+        "rps": res.rps,
+        "gateway_cores": gw_s / elapsed,
+        "fleet_cores": fleet_s / elapsed,
+        "other_cores": max(0.0, busy - (gw_s + fleet_s) / elapsed),
+        "errors": res.errors,
+    }
+
+
+def measure(args: argparse.Namespace) -> list[dict]:
+    """Every (route, size) cell: per variant the figures of each round."""
+    workdir = Path(tempfile.mkdtemp(prefix="bench-cpu-ab-"))
+    urls, fleet_pid, fleet = _start_fleet(args.fleet, workdir)
     cfg = gateway_config(
-        fleet.urls, "queue", {"health": {"enabled": False}, "reload": {"enabled": False}}
+        urls, "queue", {"health": {"enabled": False}, "reload": {"enabled": False}}
     )
-    gateways = {}
+    many = len(args.workers) > 1
+    gateways: dict[str, ProxyProc] = {}
     try:
+        srcs = {}
         for rev in args.revs:
             name = rev or "worktree"
-            src = snapshot_rev(workdir / name, rev) if rev else snapshot_gateway(workdir / name)
-            gateways[name] = start_gateway(
-                cfg, workdir / f"gw-{name}", src, ["--workers", str(args.workers)]
+            srcs[rev] = (
+                snapshot_rev(workdir / name, rev) if rev else snapshot_gateway(workdir / name)
             )
+        for rev, workers in itertools.product(args.revs, args.workers):
+            name = Variant(rev, workers).name(many)
+            folder = workdir / f"gw-{name.replace(' ', '-')}"
+            gateways[name] = start_gateway(cfg, folder, srcs[rev], ["--workers", str(workers)])
         cells = []
         for size in args.sizes:
             routes = bodies(document(size))
@@ -52,14 +144,11 @@ def measure(args: argparse.Namespace) -> list[dict]:
                 body = workdir / f"{route}-{size.replace(' ', '')}.json"
                 body.write_bytes(routes[route])
                 script = write_script(body.with_suffix(".lua"), body, ROUTES[route])
-                rounds: dict[str, list[float]] = {name: [] for name in gateways}
-                for _ in range(args.rounds):
-                    for name, gw in gateways.items():
-                        before = tree_cpu_s(gw.pid)
-                        cmd = wrk_command(f"http://127.0.0.1:{gw.port}", script, args.c, args.s)
-                        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-                        done = max(1, parse_output(out.stdout).requests)
-                        rounds[name].append((tree_cpu_s(gw.pid) - before) / done * 1000)
+                rounds: dict[str, list[dict]] = {name: [] for name in gateways}
+                order = list(gateways.items())
+                for k in range(args.rounds):
+                    for name, gw in order if k % 2 == 0 else reversed(order):
+                        rounds[name].append(_run_once(gw, script, args, fleet_pid))
                 cells.append({"route": route, "size": size, "rounds": rounds})
         return cells
     finally:
@@ -68,32 +157,79 @@ def measure(args: argparse.Namespace) -> list[dict]:
         fleet.stop()
 
 
-def report(cells: list[dict], args: argparse.Namespace) -> str:
-    """A markdown table: median (best) ms per revision, and the median against the first."""
-    names = [rev or "worktree" for rev in args.revs]
-    head = "| route | document | " + " | ".join(f"`{n}` median (best)" for n in names)
-    head += " | " + " | ".join(f"`{n}` / `{names[0]}`" for n in names[1:]) + " |"
-    lines = [head, "|" + " --- |" * (2 + 2 * len(names) - 1)]
+def _median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def report(cells: list[dict], names: list[str]) -> str:
+    """A markdown table: per variant the median (best) ms per answer, the median answers/s and
+    the median cores the gateway and the others used; each variant against the first: ms,
+    answers/s, and answers/s per core the gateway had (1.00: it scales with the cores it gets).
+    """
+    head = ["route", "document"]
+    head += [f"`{n}` ms median (best)" for n in names] + [f"`{n}` answers/s" for n in names]
+    head += [f"`{n}` cores: gateway, others" for n in names]
+    for n in names[1:]:
+        head += [f"`{n}` / `{names[0]}`: {what}" for what in ("ms", "answers/s", "per core")]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for cell in cells:
-        med = {n: statistics.median(cell["rounds"][n]) for n in names}
+        runs = cell["rounds"]
+        ms = {n: _median(runs[n], "ms") for n in names}
+        rps = {n: _median(runs[n], "rps") for n in names}
+        cores = {n: _median(runs[n], "gateway_cores") for n in names}
+        others = {
+            n: _median(runs[n], "fleet_cores") + _median(runs[n], "other_cores") for n in names
+        }
         row = [cell["route"], cell["size"]]
-        row += [f"{med[n]:.3f} ({min(cell['rounds'][n]):.3f}) ms" for n in names]
-        row += [f"{med[n] / med[names[0]]:.2f}" for n in names[1:]]
+        row += [f"{ms[n]:.3f} ({min(r['ms'] for r in runs[n]):.3f})" for n in names]
+        row += [f"{rps[n]:,.0f}" for n in names]
+        row += [f"{cores[n]:.2f}, {others[n]:.2f}" for n in names]
+        first = names[0]
+        for n in names[1:]:
+            per_core = (rps[n] / cores[n]) / (rps[first] / cores[first])
+            row += [f"{ms[n] / ms[first]:.2f}", f"**{rps[n] / rps[first]:.2f}**", f"{per_core:.2f}"]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
+def _list(kind):
+    return lambda s: [kind(x) for x in s.split(",")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--revs", type=lambda s: s.split(","), default=["HEAD", ""])
-    parser.add_argument("--routes", type=lambda s: s.split(","), default=["pass", "ocr"])
-    parser.add_argument("--sizes", type=lambda s: s.split(","), default=["tiny", "1 MB"])
+    parser.add_argument("--revs", type=_list(str), default=["HEAD", ""])
+    parser.add_argument("--routes", type=_list(str), default=["pass", "ocr"])
+    parser.add_argument("--sizes", type=_list(str), default=["tiny", "1 MB"])
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", type=_list(int), default=[1], help="e.g. 1,2")
+    parser.add_argument("--fleet", choices=("sim", "canned"), default="sim")
     parser.add_argument("-c", type=int, default=1, help="wrk connections")
     parser.add_argument("-s", type=int, default=2, help="seconds per wrk run")
+    parser.add_argument("--out", type=Path, help="write the rounds as JSON here")
     args = parser.parse_args(argv)
-    print(report(measure(args), args))
+    if set(args.routes) - set(ROUTES):
+        parser.error(f"--routes: {sorted(set(args.routes) - set(ROUTES))}; known: {sorted(ROUTES)}")
+    if set(args.sizes) - set(SIZES):
+        parser.error(f"--sizes: {sorted(set(args.sizes) - set(SIZES))}; known: {list(SIZES)}")
+    if min(args.workers) < 1:
+        parser.error(f"--workers: {args.workers}; a worker count is at least 1")
+    speedup = parallel_speedup()
+    cells = measure(args)
+    after = parallel_speedup()
+    many = len(args.workers) > 1
+    names = [Variant(r, w).name(many) for r, w in itertools.product(args.revs, args.workers)]
+    print(report(cells, names))
+    print(f"\ntwo CPU-bound processes against one, before and after: {speedup} and {after}")
+    if args.out:
+        meta = {
+            "argv": sys.argv[1:] if argv is None else argv,
+            "fleet": args.fleet,
+            "c": args.c,
+            "seconds": args.s,
+        }
+        meta["parallel_speedup"] = [speedup, after]
+        args.out.write_text(json.dumps({"meta": meta, "cells": cells}, indent=1) + "\n")
     return 0
 
 

@@ -57,6 +57,56 @@ def _err(status: int, msg: str) -> HttpResponse:
     )
 
 
+def success(result: dict[str, Any], log_id: str) -> dict[str, Any]:
+    """PaddleX's success envelope around ``result``."""
+    return {"logId": log_id, "result": result, "errorCode": 0, "errorMsg": "Success"}
+
+
+def page_result(
+    text: str, width: int, height: int, page_count: int | None, page_index: int | None = None
+) -> dict[str, Any]:
+    """One ``layoutParsingResults`` item: a page holding one text block (a PDF's: its index)."""
+    block = {"block_label": "text", "block_content": text, "block_bbox": [0, 0, width, height]}
+    block.update(block_id=0, block_order=1, group_id=0)
+    pruned: dict[str, Any] = {} if page_index is None else {"page_index": page_index}
+    pruned.update(page_count=page_count, width=width, height=height)
+    pruned["model_settings"] = {"use_doc_preprocessor": False, "use_layout_detection": True}
+    pruned["parsing_res_list"] = [block]
+    return {"prunedResult": pruned, "markdown": {"text": text, "images": {}}}
+
+
+def layout_answer(text: str, n_pages: int, file_type: int | None, log_id: str) -> dict[str, Any]:
+    """A ``/layout-parsing`` success envelope: ``n_pages`` 8 x 8 pages of one text block each."""
+    count = n_pages if file_type == 0 else None
+    results = [page_result(f"{text} page {p}", 8, 8, count) for p in range(n_pages)]
+    if file_type == 0:
+        data_info = {"numPages": n_pages, "pages": [{"width": 8, "height": 8}] * n_pages}
+        data_info["type"] = "pdf"
+    else:
+        data_info = {"width": 8, "height": 8, "type": "image"}
+    return success({"layoutParsingResults": results, "dataInfo": data_info}, log_id)
+
+
+def restructure_answer(pages: list[dict[str, Any]], concatenate: bool, log_id: str) -> dict:
+    """A ``/restructure-pages`` success envelope: each page's blocks joined as its markdown."""
+    texts, results, images = [], [], {}
+    for page in pages:
+        pr = page.get("prunedResult") or {}
+        blocks = pr.get("parsing_res_list") or []
+        text = "\n\n".join(str(b.get("block_content", "")) for b in blocks)
+        texts.append(text)
+        mi = page.get("markdownImages")
+        if concatenate:
+            images.update(mi or {})
+        results.append({"prunedResult": pr, "markdown": {"text": text, "images": mi or {}}})
+    if concatenate:
+        first = results[0]["prunedResult"] if results else {}
+        results = [
+            {"prunedResult": first, "markdown": {"text": "\n\n".join(texts), "images": images}}
+        ]
+    return success({"layoutParsingResults": results}, log_id)
+
+
 class Aborted(DropConnection):
     """The instance crashed or was reset: drop the connection without an answer."""
 
@@ -243,44 +293,8 @@ class Instance:
             return await self._hang()
         n_pages = 1 if file_type == 1 or is_url else 2
         text = f"bench document {doc_id} served by instance {self.spec.index}"
-        results = [
-            {
-                "prunedResult": {
-                    "page_count": n_pages if file_type == 0 else None,
-                    "width": 8,
-                    "height": 8,
-                    "model_settings": {"use_doc_preprocessor": False, "use_layout_detection": True},
-                    "parsing_res_list": [
-                        {
-                            "block_label": "text",
-                            "block_content": f"{text} page {p}",
-                            "block_bbox": [0, 0, 8, 8],
-                            "block_id": 0,
-                            "block_order": 1,
-                            "group_id": 0,
-                        }
-                    ],
-                },
-                "markdown": {"text": f"{text} page {p}", "images": {}},
-            }
-            for p in range(n_pages)
-        ]
-        if file_type == 0:
-            data_info = {
-                "numPages": n_pages,
-                "pages": [{"width": 8, "height": 8}] * n_pages,
-                "type": "pdf",
-            }
-        else:
-            data_info = {"width": 8, "height": 8, "type": "image"}
         return HttpResponse.json(
-            200,
-            {
-                "logId": body.get("logId") or str(uuid.uuid4()),
-                "result": {"layoutParsingResults": results, "dataInfo": data_info},
-                "errorCode": 0,
-                "errorMsg": "Success",
-            },
+            200, layout_answer(text, n_pages, file_type, body.get("logId") or str(uuid.uuid4()))
         )
 
     async def _pdf(self, body: dict[str, Any], raw: bytes) -> HttpResponse:
@@ -299,42 +313,12 @@ class Instance:
         await fut
         if self.state == "hang":
             return await self._hang()
-        results = [
-            {
-                "prunedResult": {
-                    "page_index": index,
-                    "page_count": len(sizes),
-                    "width": width,
-                    "height": height,
-                    "model_settings": {"use_doc_preprocessor": False, "use_layout_detection": True},
-                    "parsing_res_list": [
-                        {
-                            "block_label": "text",
-                            "block_content": f"page {width}x{height}",
-                            "block_bbox": [0, 0, width, height],
-                            "block_id": 0,
-                            "block_order": 1,
-                            "group_id": 0,
-                        }
-                    ],
-                },
-                "markdown": {"text": f"page {width}x{height}", "images": {}},
-            }
-            for index, (width, height) in enumerate(sizes)
-        ]
-        data_info = {
-            "numPages": len(sizes),
-            "pages": [{"width": w, "height": h} for w, h in sizes],
-            "type": "pdf",
-        }
+        n = len(sizes)
+        results = [page_result(f"page {w}x{h}", w, h, n, i) for i, (w, h) in enumerate(sizes)]
+        pages = [{"width": w, "height": h} for w, h in sizes]
+        data_info = {"numPages": n, "pages": pages, "type": "pdf"}
         return HttpResponse.json(
-            200,
-            {
-                "logId": log_id,
-                "result": {"layoutParsingResults": results, "dataInfo": data_info},
-                "errorCode": 0,
-                "errorMsg": "Success",
-            },
+            200, success({"layoutParsingResults": results, "dataInfo": data_info}, log_id)
         )
 
     def _restructure(self, req: HttpRequest) -> HttpResponse:
@@ -345,34 +329,11 @@ class Instance:
         pages = body.get("pages") if isinstance(body, dict) else None
         if not isinstance(pages, list):
             return _err(422, json.dumps([{"type": "missing", "loc": ["body", "pages"]}]))
-        texts, results, images = [], [], {}
-        for page in pages:
-            pr = page.get("prunedResult") or {}
-            blocks = pr.get("parsing_res_list") or []
-            text = "\n\n".join(str(b.get("block_content", "")) for b in blocks)
-            texts.append(text)
-            mi = page.get("markdownImages")
-            if body.get("concatenatePages"):
-                if mi is None:  # the real server's dict.update(None)
-                    return _err(500, "Internal server error")
-                images.update(mi)
-            results.append({"prunedResult": pr, "markdown": {"text": text, "images": mi or {}}})
-        if body.get("concatenatePages"):
-            results = [
-                {
-                    "prunedResult": results[0]["prunedResult"] if results else {},
-                    "markdown": {"text": "\n\n".join(texts), "images": images},
-                }
-            ]
-        return HttpResponse.json(
-            200,
-            {
-                "logId": body.get("logId") or str(uuid.uuid4()),
-                "result": {"layoutParsingResults": results},
-                "errorCode": 0,
-                "errorMsg": "Success",
-            },
-        )
+        concatenate = bool(body.get("concatenatePages"))
+        if concatenate and any(p.get("markdownImages") is None for p in pages):
+            return _err(500, "Internal server error")  # the real server's dict.update(None)
+        log_id = body.get("logId") or str(uuid.uuid4())
+        return HttpResponse.json(200, restructure_answer(pages, concatenate, log_id))
 
     def stats(self) -> dict:
         return {

@@ -111,6 +111,7 @@ class ProxyProc:
     proc: subprocess.Popen
     port: int
     log_path: Path
+    ports: tuple[int, ...] = ()  # every port it listens on, when more than ``port``
 
     @property
     def pid(self) -> int:
@@ -151,9 +152,8 @@ class ProxyProc:
 # ------------------------------------------------------------------------------ nginx
 
 
-def nginx_config(upstream_ports: list[int], port: int, folder: Path, workers: str = "1") -> str:
-    """An nginx.conf proxying 127.0.0.1:``port`` to every upstream, round robin."""
-    servers = "\n".join(f"    server 127.0.0.1:{p};" for p in upstream_ports)
+def _nginx_head(folder: Path, workers: str) -> str:
+    """The top of every nginx.conf written here: its process, its files, its events."""
     temp = "\n".join(
         f"  {kind}_temp_path {folder / kind};"
         for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
@@ -165,11 +165,20 @@ pid {folder / "nginx.pid"};
 error_log {folder / "error.log"} warn;
 events {{ worker_connections 4096; }}
 http {{
-  access_log {folder / "access.log"};
 {temp}
+  keepalive_requests 1000000;
+"""
+
+
+def nginx_config(upstream_ports: list[int], port: int, folder: Path, workers: str = "1") -> str:
+    """An nginx.conf proxying 127.0.0.1:``port`` to every upstream, round robin."""
+    servers = "\n".join(f"    server 127.0.0.1:{p};" for p in upstream_ports)
+    return (
+        _nginx_head(folder, workers)
+        + f"""\
+  access_log {folder / "access.log"};
   client_max_body_size 100m;
   client_body_buffer_size 16m;
-  keepalive_requests 1000000;
   upstream paddlex {{
 {servers}
     keepalive 128;
@@ -186,6 +195,37 @@ http {{
   }}
 }}
 """
+    )
+
+
+def canned_config(ports: list[int], folder: Path, answers: dict[str, dict]) -> str:
+    """An nginx.conf answering every ``ports`` at once: ``answers[path]`` as JSON, any method.
+
+    The request body is read and dropped, so an upstream costs next to nothing per request;
+    any other path is a 404.
+    """
+    listens = "\n".join(f"    listen 127.0.0.1:{p} backlog=1024;" for p in ports)
+    locations = []
+    for path, answer in answers.items():
+        text = json.dumps(answer, separators=(",", ":"))
+        if "'" in text or "\\" in text or "$" in text:
+            raise ValueError(f"answer for {path} needs nginx escaping: {text[:80]}")
+        locations.append(
+            f"    location = {path} {{ default_type application/json; return 200 '{text}'; }}"
+        )
+    return (
+        _nginx_head(folder, "1")
+        + f"""\
+  access_log off;
+  client_max_body_size 100m;
+  server {{
+{listens}
+{chr(10).join(locations)}
+    location / {{ return 404; }}
+  }}
+}}
+"""
+    )
 
 
 def nginx_version() -> str:
@@ -196,16 +236,15 @@ def nginx_version() -> str:
     return (r.stderr or r.stdout).strip().removeprefix("nginx version: ").removeprefix("nginx/")
 
 
-def start_nginx(upstream_ports: list[int], folder: Path, workers: str = "1") -> ProxyProc:
-    """Start nginx (``workers``: a count or ``auto``) in the foreground; wait until it answers."""
+def run_nginx(folder: Path, config: str, port: int, name: str) -> ProxyProc:
+    """Start nginx on ``config`` in ``folder``, in the foreground; wait until ``port`` answers."""
     exe = nginx_binary()
     if exe is None:
         raise RuntimeError("nginx is not installed (apt-get install nginx-light)")
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)  # the workers run as an unprivileged user when we are root
-    port = free_port()
     conf = folder / "nginx.conf"
-    conf.write_text(nginx_config(upstream_ports, port, folder, workers))
+    conf.write_text(config)
     log_path = folder / "stderr.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -215,8 +254,23 @@ def start_nginx(upstream_ports: list[int], folder: Path, workers: str = "1") -> 
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    ng = ProxyProc(f"nginx ({workers} workers)", proc, port, log_path)
+    ng = ProxyProc(name, proc, port, log_path)
     ng.wait_ready("", 15.0)
+    return ng
+
+
+def start_nginx(upstream_ports: list[int], folder: Path, workers: str = "1") -> ProxyProc:
+    """Start nginx (``workers``: a count or ``auto``) in front of ``upstream_ports``."""
+    port = free_port()
+    conf = nginx_config(upstream_ports, port, folder, workers)
+    return run_nginx(folder, conf, port, f"nginx ({workers} workers)")
+
+
+def start_canned_fleet(n: int, folder: Path, answers: dict[str, dict]) -> ProxyProc:
+    """``n`` instant upstreams in one nginx worker (``canned_config``); ``.ports`` lists them."""
+    ports = [free_port() for _ in range(n)]
+    ng = run_nginx(folder, canned_config(ports, folder, answers), ports[0], "canned fleet")
+    ng.ports = tuple(ports)
     return ng
 
 

@@ -344,19 +344,3 @@ def test_smoke_run(tmp_path, capsys):
         assert (tmp_path / plots.CPU_BY_SIZE).exists()
     if "nginx" in missing:
         pytest.skip(f"the gateway part passed; {missing['nginx']}")
-
-
-def test_cpu_ab_measures_two_gateways_in_turn(capsys):
-    from bench import cpu_ab
-
-    missing = ensure_tools(("wrk",))
-    if missing:
-        pytest.skip(missing["wrk"])
-    argv = ["--revs", "HEAD,", "--routes", "pass", "--sizes", "tiny", "--rounds", "2", "-s", "1"]
-    assert cpu_ab.main(argv) == 0
-    table = capsys.readouterr().out.strip().splitlines()
-    assert table[0].startswith("| route | document | `HEAD` median (best) | `worktree`")
-    cells = table[2].split(" | ")
-    assert cells[0] == "| pass" and cells[1] == "tiny"
-    assert float(cells[2].split()[0]) > 0 and float(cells[3].split()[0]) > 0
-    assert float(cells[4].rstrip(" |")) > 0
