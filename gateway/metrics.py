@@ -21,12 +21,13 @@ Usage::
 
     metrics = GatewayMetrics()
     metrics.attempt_done(url, "success", 0.8)        # an upstream attempt; request_done: a request
-    body, content_type = metrics.render(pool)
+    body, content_type = metrics.render(pool.gauge_snapshot)   # any () -> the pool's gauges
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -37,8 +38,9 @@ from prometheus_client import (
     generate_latest,
 )
 
-if TYPE_CHECKING:
-    from gateway.pool import UpstreamPool
+Gauges = Callable[[], dict[str, Any]]
+"""What the scrape reads the pool's state from: ``{"upstreams": [(url, in_flight, state)],
+"queue_depth": n, "panic": bool}`` (``UpstreamPool.gauge_snapshot``)."""
 
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.005,
@@ -193,9 +195,9 @@ class GatewayMetrics:
         if outcome != "cancelled":
             self._child(self.upstream_rq_duration, upstream).observe(latency_s)
 
-    def refresh(self, pool: UpstreamPool) -> None:
+    def refresh(self, gauges: Gauges) -> None:
         """Copy pool state into the gauges (labels of removed upstreams disappear)."""
-        snapshot = pool.gauge_snapshot()
+        snapshot = gauges()
         for gauge in (self.upstream_rq_active, self.upstream_healthy, self.upstream_ejected):
             gauge.clear()
         counts = {"healthy": 0, "unhealthy": 0, "ejected": 0}
@@ -209,12 +211,10 @@ class GatewayMetrics:
         self.queue_depth.set(snapshot["queue_depth"])
         self.panic.set(1 if snapshot["panic"] else 0)
 
-    def render(
-        self, pool: UpstreamPool, in_flight: dict[str, int] | None = None
-    ) -> tuple[bytes, str]:
+    def render(self, gauges: Gauges, in_flight: dict[str, int] | None = None) -> tuple[bytes, str]:
         """Prometheus text exposition of this registry, after a refresh (``in_flight``:
         requests in flight per token name)."""
-        self.refresh(pool)
+        self.refresh(gauges)
         self.token_in_flight.clear()
         for token, count in (in_flight or {}).items():
             self.token_in_flight.labels(token=token).set(count)

@@ -164,7 +164,7 @@ class Runtime:
         """Another worker freed an upstream, or wants this worker's metrics."""
         self.pool.kick()
         if isinstance(self.metrics, WorkerMetrics):
-            self.metrics.answer(self.pool, self.access.in_flight())
+            self.metrics.answer(self.pool.gauge_snapshot, self.access.in_flight())
 
     async def stop(self) -> None:
         if self.seat is not None:

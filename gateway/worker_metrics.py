@@ -12,8 +12,8 @@ time contributes its previous exposition, if any.
 Usage::
 
     metrics = WorkerMetrics(seat)
-    body, content_type = metrics.render(pool, access.in_flight())   # the scrape
-    metrics.answer(pool, access.in_flight())    # in the wake-up handler of every worker
+    body, content_type = metrics.render(pool.gauge_snapshot, access.in_flight())  # the scrape
+    metrics.answer(pool.gauge_snapshot, access.in_flight())  # in every worker's wake-up handler
 """
 
 from __future__ import annotations
@@ -21,13 +21,9 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import TYPE_CHECKING
 
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import GatewayMetrics, Gauges
 from gateway.occupancy import Seat
-
-if TYPE_CHECKING:
-    from gateway.pool import UpstreamPool
 
 WAIT_S = 0.5  # how long a scrape waits for the other workers' expositions
 _POLL_S = 0.002
@@ -73,8 +69,8 @@ class WorkerMetrics(GatewayMetrics):
         super().__init__()
         self.seat = seat
 
-    def _own(self, pool: UpstreamPool, in_flight: dict[str, int] | None) -> tuple[bytes, str]:
-        return super().render(pool, in_flight)
+    def _own(self, gauges: Gauges, in_flight: dict[str, int] | None) -> tuple[bytes, str]:
+        return super().render(gauges, in_flight)
 
     def _write(self, body: bytes) -> None:
         path = self.seat.metrics_path(self.seat.index)
@@ -82,26 +78,24 @@ class WorkerMetrics(GatewayMetrics):
         tmp.write_bytes(body)
         os.replace(tmp, path)
 
-    def answer(self, pool: UpstreamPool, in_flight: dict[str, int] | None = None) -> None:
+    def answer(self, gauges: Gauges, in_flight: dict[str, int] | None = None) -> None:
         """Write this worker's exposition if another worker asked for one."""
         seq = self.seat.metrics_wanted()
         if seq:
-            body, _ = self._own(pool, in_flight)
+            body, _ = self._own(gauges, in_flight)
             self._write(body)
             self.seat.metrics_answered(seq)
 
-    def render(
-        self, pool: UpstreamPool, in_flight: dict[str, int] | None = None
-    ) -> tuple[bytes, str]:
+    def render(self, gauges: Gauges, in_flight: dict[str, int] | None = None) -> tuple[bytes, str]:
         seat = self.seat
         seq = seat.request_metrics()
-        body, content_type = self._own(pool, in_flight)
+        body, content_type = self._own(gauges, in_flight)
         self._write(body)
         seat.metrics_answered(seq)
         others = [w for w in seat.live() if w != seat.index]
         deadline = time.monotonic() + WAIT_S
         while any(seat.metrics_done(w) < seq for w in others) and time.monotonic() < deadline:
-            self.answer(pool, in_flight)  # another worker's scrape may be waiting for us
+            self.answer(gauges, in_flight)  # another worker's scrape may be waiting for us
             time.sleep(_POLL_S)
         texts = [(seat.index, body.decode())]
         for w in others:

@@ -59,5 +59,7 @@ async def upstreams(runtime: RuntimeDep) -> JSONResponse:
     dependencies=[Depends(admin_principal)],
 )
 async def metrics(runtime: RuntimeDep) -> Response:
-    body, content_type = runtime.metrics.render(runtime.pool, runtime.access.in_flight())
+    body, content_type = runtime.metrics.render(
+        runtime.pool.gauge_snapshot, runtime.access.in_flight()
+    )
     return Response(body, media_type=content_type)
