@@ -1,14 +1,18 @@
-"""The two proxies of ``bench.proxy_cpu``, each a real process tree over the same upstreams.
+"""The two proxies of ``bench.proxy_cpu``, each a real process tree over the same upstreams,
+and the canned fleet of ``bench.cpu_ab``.
 
 - **nginx**: a reverse proxy over every upstream (round robin, upstream keep-alive, request
   bodies buffered in memory up to 16 MiB, the access log on as by default), with its config,
   logs and temporary folders in a work folder. ``daemon off`` keeps the master our child.
 - **the gateway**: ``python -m gateway --config PATH --host 127.0.0.1 --port P [extra args]``,
   e.g. ``--workers 2``, from a snapshot of ``gateway/`` (``bench.procs.snapshot_gateway``).
+- **the canned fleet**: one nginx worker listening on ``n`` upstream ports and answering each
+  path with a fixed JSON answer (``canned_config``), a fleet that costs next to nothing.
 
 Usage::
 
     ng = start_nginx(upstream_ports, workdir / "nginx", workers="1")
+    fleet = start_canned_fleet(48, workdir / "fleet", {"/layout-parsing": {...}})  # fleet.ports
     gw = start_gateway(config_dict, workdir, src, extra_args=["--workers", "2"])
     ...                         # load on ng.port and gw.port; CPU of ng.pid's and gw.pid's trees
     ng.stop(); gw.stop()
@@ -268,7 +272,10 @@ def start_nginx(upstream_ports: list[int], folder: Path, workers: str = "1") -> 
 
 def start_canned_fleet(n: int, folder: Path, answers: dict[str, dict]) -> ProxyProc:
     """``n`` instant upstreams in one nginx worker (``canned_config``); ``.ports`` lists them."""
-    ports = [free_port() for _ in range(n)]
+    ports: list[int] = []
+    while len(ports) < n:
+        if (port := free_port()) not in ports:
+            ports.append(port)
     ng = run_nginx(folder, canned_config(ports, folder, answers), ports[0], "canned fleet")
     ng.ports = tuple(ports)
     return ng
