@@ -87,7 +87,7 @@ class Document:
     def b64(self) -> str:
         """Raw standard base64 (no ``data:`` prefix), as PaddleX expects."""
         encoded = self.b64_wire()
-        return encoded.data.decode("ascii") if isinstance(encoded, RawString) else encoded
+        return str(encoded.data, "ascii") if isinstance(encoded, RawString) else encoded
 
     def b64_wire(self) -> str | RawString:
         """:meth:`b64` for a JSON body: the caller's own bytes when it sent them so

@@ -276,7 +276,7 @@ class UpstreamClient:
         self,
         method: str,
         url: str,
-        body: bytes | list[bytes],
+        body: bytes | list[bytes | memoryview],
         headers: dict[str, str] | None,
         timeout: float | None,
         content_type: str | None = None,

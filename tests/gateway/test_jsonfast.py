@@ -18,6 +18,7 @@ def test_a_large_string_is_lifted_as_the_bodys_own_bytes() -> None:
     payload, raw = jsonfast.loads_lifting(body, "base64")
     assert payload == {"options": {"a": [1, "x"]}, "base64": "", "n": 1}
     assert isinstance(raw, RawString) and raw.data == B64.encode()
+    assert isinstance(raw.data, memoryview) and raw.data.obj is body  # a view, not a copy
 
 
 @pytest.mark.parametrize(
