@@ -4,7 +4,7 @@ Usage::
 
     ep = Endpoint("gateway", "ocr", gateway_port, gateway_pid)
     cell = run_cell(ep, body, lua_script, 32, WindowSpec(), None, fleet_pid, fleet_admin_port)
-    cell["cpu_ms"], cell["rps"], cell["p99_ms"]      # or cell["failed"]: why not
+    cell["cpu_ms"], cell["sys_ms"], cell["rps"], cell["p99_ms"]   # or cell["failed"]: why not
 
 The proxy's process-tree CPU (``bench.procstat``) and the requests that reached the fleet (its
 ``/_admin/stats`` counter) are read at both ends of a window inside wrk's run, in its steady
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.procstat import TreeMeter, machine_busy, tree_cpu_s
+from bench.procstat import TreeMeter, machine_busy, tree_cpu_s, tree_times
 from bench.proxies import post_json
 from bench.wrk import WrkRun
 
@@ -128,15 +128,18 @@ class Sample:
     t: float
     forwarded: int
     proxy_cpu_s: float
+    proxy_sys_s: float
     fleet_cpu_s: float
     machine: tuple[int, int]
 
 
 def sample(admin: int, proxy_pid: int | None, fleet_pid: int) -> Sample:
+    proxy_cpu_s, proxy_sys_s = tree_times(proxy_pid) if proxy_pid else (0.0, 0.0)
     return Sample(
         time.monotonic(),
         fleet_received(admin),
-        tree_cpu_s(proxy_pid) if proxy_pid else 0.0,
+        proxy_cpu_s,
+        proxy_sys_s,
         tree_cpu_s(fleet_pid),
         machine_busy(),
     )
@@ -189,7 +192,7 @@ def run_cell(
                   default=out)  # fmt: skip
         out["busy_windows"] = busy
     n = out["forwarded"]
-    fleet_cpu_s = out.pop("fleet_cpu_s")
+    fleet_cpu_s, sys_s = out.pop("fleet_cpu_s"), out.pop("sys_s")
     if n < need:
         out["failed"] = (
             f"{n} requests reached the upstreams in the window, fewer than {need}: the machine "
@@ -198,6 +201,7 @@ def run_cell(
         return out
     if ep.meter_pid:
         out["cpu_ms"] = round(out["cpu_s"] / n * 1000, 4)
+        out["sys_ms"] = round(sys_s / n * 1000, 4)  # of cpu_ms: in the kernel
     out["fleet_cpu_ms"] = round(fleet_cpu_s / n * 1000, 4)
     return out
 
@@ -232,6 +236,7 @@ def measure_window(
         "rps": round((b.forwarded - a.forwarded) / dt_s, 1),
         "cpu_s": round(proxy_cpu, 3),
         "cpu_ms": None,
+        "sys_s": b.proxy_sys_s - a.proxy_sys_s,
         "fleet_cpu_s": fleet_cpu,
         "fleet_cpu_ms": None,
         "wrk_cpu_ms": round(wrk_cpu / max(1, res.requests) * 1000, 4),

@@ -32,6 +32,7 @@ class ProcStat:
     pid: int
     ppid: int
     cpu_ticks: int  # utime + stime + cutime + cstime
+    sys_ticks: int = 0  # stime + cstime: the part spent in the kernel
 
 
 def parse_stat(text: str) -> ProcStat:
@@ -39,7 +40,8 @@ def parse_stat(text: str) -> ProcStat:
     head, _, rest = text.rpartition(")")
     pid = int(head.split("(", 1)[0])
     f = rest.split()  # f[0] is field 3 (state); utime is field 14
-    return ProcStat(pid, int(f[1]), int(f[11]) + int(f[12]) + int(f[13]) + int(f[14]))
+    user, sys, c_user, c_sys = (int(x) for x in f[11:15])
+    return ProcStat(pid, int(f[1]), user + sys + c_user + c_sys, sys + c_sys)
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -80,7 +82,14 @@ def tree(root: int, stats: dict[int, ProcStat] | None = None) -> list[ProcStat]:
 
 def tree_cpu_s(root: int) -> float:
     """CPU seconds used so far by ``root``, its live descendants and the children they reaped."""
-    return sum(st.cpu_ticks for st in tree(root)) / TICKS_PER_S
+    return tree_times(root)[0]
+
+
+def tree_times(root: int) -> tuple[float, float]:
+    """:func:`tree_cpu_s`, and the part of it spent in the kernel (system time)."""
+    stats = tree(root)
+    cpu = sum(st.cpu_ticks for st in stats)
+    return cpu / TICKS_PER_S, sum(st.sys_ticks for st in stats) / TICKS_PER_S
 
 
 def machine_busy() -> tuple[int, int]:

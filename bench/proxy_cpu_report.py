@@ -96,12 +96,14 @@ def _added(c: dict | None, direct: dict | None) -> str:
 
 
 def build_report(results: Results) -> Report:
-    """The intro and the four tables of docs/benchmarks.md's issue-13 section."""
+    """The intro and the tables of docs/benchmarks.md's issue-13 section (the kernel's share
+    where the results have it: runs before it was measured do not)."""
     return Report(
         _intro(results),
         [
             _targets_table(results["targets"]),
             _cpu_table(results),
+            *_kernel_table(results),
             _latency_table(results),
             _added_table(results),
         ],
@@ -185,6 +187,33 @@ def _cpu_table(results: Results) -> Table:
                 row.append(_ratio(c, ng))
         t.add(*row)
     return t
+
+
+def _split(c: dict | None) -> str:
+    if c is None or "failed" in c or c.get("sys_ms") is None or c.get("cpu_ms") is None:
+        return "-"
+    return f"{c['cpu_ms'] - c['sys_ms']:.3f} / {c['sys_ms']:.3f}"
+
+
+def _kernel_table(results: Results) -> list[Table]:
+    """User / kernel ms per request of each proxy route: a lone request costs every proxy
+    the same wake-ups in the kernel (nginx too), which the user part does not show."""
+    cells = results["cells"]
+    if not any("sys_ms" in c for c in cells):
+        return []
+    cols = _columns(cells)
+    t = Table(
+        "CPU per request (ms): in the process / in the kernel",
+        ("document", "c", *(label for label, _, _ in cols)),
+        ("left", *["right"] * (len(cols) + 1)),
+        note="The same windows as above: user time, then system time (the kernel's work for "
+        "the process: its sockets, its wake-ups), of the whole process tree.",
+    )
+    for size, conc in _grid(results):
+        row = [_size(size, cells), str(conc)]
+        row += [_split(cell(cells, target, route, size, conc)) for _, target, route in cols]
+        t.add(*row)
+    return [t]
 
 
 def _latency_table(results: Results) -> Table:

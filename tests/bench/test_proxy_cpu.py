@@ -31,6 +31,7 @@ def test_parse_stat_reads_a_name_with_spaces_and_parentheses():
     line = "4242 (we ird) (x) S 17 4242 4242 0 -1 0 0 0 0 0 150 30 7 3 20 0 1 0 99 0 0"
     st = procstat.parse_stat(line)
     assert (st.pid, st.ppid, st.cpu_ticks) == (4242, 17, 150 + 30 + 7 + 3)
+    assert st.sys_ticks == 30 + 3  # stime + cstime
 
 
 BURNER = textwrap.dedent(
@@ -43,6 +44,22 @@ BURNER = textwrap.dedent(
     live.wait()
     """
 )
+
+
+def test_tree_times_tell_the_kernels_part():
+    calls = "import os\nfor _ in range(300_000): os.stat('/')"  # a system call each
+    spin = "for _ in range(20_000_000): pass"  # none
+    for code, kernel_heavy in ((calls, True), (spin, False)):
+        child = f"import sys\n{code}\nprint('done', flush=True)\nsys.stdin.read()"
+        root = subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert root.stdout.readline() == "done\n"
+            cpu, sys_s = procstat.tree_times(root.pid)
+        finally:
+            root.communicate("")
+        assert 0 <= sys_s <= cpu and cpu >= 0.1, (cpu, sys_s)
+        assert (sys_s > 0.2 * cpu) == kernel_heavy, (code, cpu, sys_s)
 
 
 def test_tree_cpu_counts_live_descendants_and_reaped_children():
@@ -151,6 +168,7 @@ def test_a_window_with_too_few_requests_is_run_again(monkeypatch):
             "window_s": [win.start_s, win.end_s],
             "cpu_s": 0.4,
             "cpu_ms": None,
+            "sys_s": 0.1,
             "fleet_cpu_s": 0.2,
             "fleet_cpu_ms": None,
             "other_cores": 0.0,
@@ -163,6 +181,7 @@ def test_a_window_with_too_few_requests_is_run_again(monkeypatch):
     out = cpu_cell.run_cell(ep, b"{}", Path("x.lua"), 32, spec, 12.0, 3, 4)
     assert len(tries) == 2 and tries[1].wrk_s <= spec.retry_seconds
     assert out["cpu_ms"] == 10.0 and out["first_try"]["forwarded"] == 3 and "failed" not in out
+    assert out["sys_ms"] == 2.5 and "sys_s" not in out  # 0.1 s of the 0.4 in the kernel
     tries.clear()
     monkeypatch.setattr(cpu_cell, "measure_window", lambda *a: {**fake_window(*a), "forwarded": 5})
     out = cpu_cell.run_cell(ep, b"{}", Path("x.lua"), 32, spec, 12.0, 3, 4)
@@ -175,8 +194,8 @@ def test_a_window_while_other_processes_were_busy_is_measured_again(monkeypatch)
     def fake_window(ep, script, conc, win, fleet_pid, admin):
         other = next(others)
         return {"forwarded": 40, "rps": 20.0, "wrk_rps": 20.0, "window_s": [0.3, 1.8],
-                "cpu_s": other, "cpu_ms": None, "fleet_cpu_s": 0.2, "fleet_cpu_ms": None,
-                "other_cores": other}  # fmt: skip
+                "cpu_s": other, "cpu_ms": None, "sys_s": 0.1, "fleet_cpu_s": 0.2,
+                "fleet_cpu_ms": None, "other_cores": other}  # fmt: skip
 
     monkeypatch.setattr(cpu_cell, "check_answer", lambda ep, body: "")
     monkeypatch.setattr(cpu_cell, "measure_window", fake_window)
@@ -340,6 +359,8 @@ def test_smoke_run(tmp_path, capsys):
     assert res["meta"]["gateway_sources"]["sha256"]
     printed = capsys.readouterr().out
     assert "CPU per request (ms)" in printed and "NOT MEASURED" in printed  # no 1 MB in smoke
+    assert "in the process / in the kernel" in printed
+    assert all(0 <= c["sys_ms"] <= c["cpu_ms"] for c in cells if c["target"] != "direct")
     if not plots.unavailable():
         assert (tmp_path / plots.CPU_BY_SIZE).exists()
     if "nginx" in missing:
