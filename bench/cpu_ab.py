@@ -40,7 +40,13 @@ from bench.cpu_cell import ROUTES
 from bench.fleet import layout_answer, restructure_answer
 from bench.procs import gateway_config, snapshot_gateway, start_fleet
 from bench.procstat import MachineMeter, TreeMeter
-from bench.proxies import ProxyProc, snapshot_rev, start_canned_fleet, start_gateway
+from bench.proxies import (
+    ProxyProc,
+    gateway_revision,
+    snapshot_rev,
+    start_canned_fleet,
+    start_gateway,
+)
 from bench.proxy_cpu import SIZES, bodies, document
 from bench.workload import FleetSpec
 from bench.wrk import parse_output, write_script, wrk_command
@@ -229,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": args.s,
         }
         meta["parallel_speedup"] = [speedup, after]
+        meta["gateways"] = {rev or "worktree": gateway_revision(rev) for rev in args.revs}
+        meta["when"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         args.out.write_text(json.dumps({"meta": meta, "cells": cells}, indent=1) + "\n")
     return 0
 

@@ -40,6 +40,7 @@ def test_worker_counts_against_the_canned_fleet(tmp_path, capsys):
     assert "two CPU-bound processes against one" in printed
     res = json.loads(out.read_text())
     assert res["meta"]["fleet"] == "canned" and len(res["meta"]["parallel_speedup"]) == 2
+    assert res["meta"]["gateways"]["worktree"]["source"] == "working tree"
     (cell,) = res["cells"]
     assert set(cell["rounds"]) == {"worktree x1", "worktree x2"}
     for runs in cell["rounds"].values():
