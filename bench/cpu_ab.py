@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.cpu_cell import ROUTES
-from bench.fleet import layout_answer, restructure_answer
+from bench.fleet import healthy, layout_answer, restructure_answer
 from bench.procs import gateway_config, snapshot_gateway, start_fleet
 from bench.procstat import MachineMeter, TreeMeter
 from bench.proxies import (
@@ -71,7 +71,7 @@ def canned_answers() -> dict[str, dict]:
     return {
         "/layout-parsing": layout,
         "/restructure-pages": restructure_answer(pages, True, "bench"),
-        "/health": {"logId": "bench", "errorCode": 0, "errorMsg": "Healthy"},
+        "/health": healthy("bench"),
     }
 
 
@@ -184,7 +184,8 @@ def report(cells: list[dict], names: list[str]) -> str:
         rps = {n: _median(runs[n], "rps") for n in names}
         cores = {n: _median(runs[n], "gateway_cores") for n in names}
         others = {
-            n: _median(runs[n], "fleet_cores") + _median(runs[n], "other_cores") for n in names
+            n: statistics.median(r["fleet_cores"] + r["other_cores"] for r in runs[n])
+            for n in names
         }
         row = [cell["route"], cell["size"]]
         row += [f"{ms[n]:.3f} ({min(r['ms'] for r in runs[n]):.3f})" for n in names]

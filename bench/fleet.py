@@ -57,6 +57,11 @@ def _err(status: int, msg: str) -> HttpResponse:
     )
 
 
+def healthy(log_id: str) -> dict[str, Any]:
+    """PaddleX's ``/health`` answer."""
+    return {"logId": log_id, "errorCode": 0, "errorMsg": "Healthy"}
+
+
 def success(result: dict[str, Any], log_id: str) -> dict[str, Any]:
     """PaddleX's success envelope around ``result``."""
     return {"logId": log_id, "result": result, "errorCode": 0, "errorMsg": "Success"}
@@ -237,9 +242,7 @@ class Instance:
         if path == "/health":
             if req.method != "GET":
                 return _err(405, "Method Not Allowed")
-            return HttpResponse.json(
-                200, {"logId": str(uuid.uuid4()), "errorCode": 0, "errorMsg": "Healthy"}
-            )
+            return HttpResponse.json(200, healthy(str(uuid.uuid4())))
         if path == "/layout-parsing":
             if req.method != "POST":
                 return _err(405, "Method Not Allowed")
