@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         log_level=args.log_level.lower(),
         access_log=False,
-        **uvicorn_options(app.state.runtime),
+        **uvicorn_options(app),
     )
     return 0
 

@@ -13,7 +13,7 @@ Usage::
     from gateway.app import create_app
     app = create_app("/etc/paddleocr-fleet/gateway.json")      # watches the file
     app = create_app(parse_settings({"upstreams": [...]}))      # no file, no reload
-    uvicorn.run(app, host="0.0.0.0", port=9101, **uvicorn_options(app.state.runtime))
+    uvicorn.run(app, host="0.0.0.0", port=9101, **uvicorn_options(app))
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from fastapi import FastAPI
 
 from gateway.connections import BodyDeadlineMiddleware
 from gateway.errors import error_response, gateway_error_response, install_exception_handlers
-from gateway.hot_path import GatewayApp
+from gateway.hot_path import GatewayApp, HotServer
 from gateway.jobs import router as jobs_router
 from gateway.logs import flush_access_log
 from gateway.middleware import RequestContextMiddleware
@@ -112,6 +112,7 @@ def create_app(
         )
     )
     app.wrap_hot(lambda inner: RequestContextMiddleware(inner, runtime=runtime, routes=ROUTES))
+    app.state.hot = HotServer(app, runtime)
     install_exception_handlers(app)
     for module in (ocr, native, admin, jobs_router):
         app.include_router(module.router)

@@ -19,7 +19,7 @@ one byte a second holds its connection (and its request's memory) forever. Here:
 
 Usage::
 
-    uvicorn.run(app, host="0.0.0.0", port=9101, **uvicorn_options(app.state.runtime))
+    uvicorn.run(app, host="0.0.0.0", port=9101, **uvicorn_options(app))
     app.add_middleware(BodyDeadlineMiddleware, timeout=lambda: server_settings.body_timeout_s)
 """
 
@@ -28,8 +28,8 @@ from __future__ import annotations
 import asyncio
 import http
 import json
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import h11
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -42,7 +42,9 @@ from gateway.inputs import InputError
 from gateway.settings import ServerSettings
 
 if TYPE_CHECKING:
-    from gateway.runtime import Runtime
+    from gateway.hot_path import GatewayApp, HotServer
+
+T = TypeVar("T")
 
 LINGER_S = 2.0  # how long a refused connection's input is read and dropped before closing
 BACKSTOP_GRACE_S = 5.0  # after body_timeout_s, for the middleware's 408 to go out first
@@ -56,6 +58,16 @@ class BodyTimeout(InputError):
             "body_timeout",
             f"the request body did not arrive within {limit:g}s (server.body_timeout_s)",
         )
+
+
+async def before_deadline(wait: Awaitable[T], deadline: float, limit: float) -> T:
+    """``await wait``, or BodyTimeout (``limit``: the setting it names) at ``deadline`` (the
+    event loop's clock)."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await wait
+    except TimeoutError:
+        raise BodyTimeout(limit) from None
 
 
 class BodyDeadlineMiddleware:
@@ -83,11 +95,7 @@ class BodyDeadlineMiddleware:
             if arrived is not None and arrived.is_set():
                 message = await receive()
             else:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        message = await receive()
-                except TimeoutError:
-                    raise BodyTimeout(limit) from None
+                message = await before_deadline(receive(), deadline, limit)
             if message["type"] != "http.request" or not message.get("more_body", False):
                 complete = True
             return message
@@ -346,7 +354,10 @@ class _HeadWithBody:
 
 class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
     """uvicorn's httptools protocol (a C parser: about a third of h11's CPU per request) with
-    the bounds of the module doc."""
+    the bounds of the module doc, serving the hot routes with ``hot`` (set by
+    :func:`protocol_class`)."""
+
+    hot: HotServer | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -423,6 +434,18 @@ class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
             self._head_done = False  # the next bytes start the next request's head
         self._sync_timers()
 
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        """Start serving a request: a hot route from the cycle (:class:`HotServer`), any other
+        through the ASGI app."""
+        hot = self.hot
+        handler = None if hot is None else hot.handler(cycle.scope)
+        if handler is None:
+            super()._start_asgi_task(cycle, app)
+            return
+        task = self.loop.create_task(hot.serve(cycle, self.transport, handler))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
     def eof_received(self) -> None:
         if self._refused:
             self.transport.close()
@@ -435,19 +458,22 @@ class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
         self._malformed()
 
 
-def protocol_class(limits: Callable[[], ServerSettings], http: str = "httptools") -> type[_Bounded]:
+def protocol_class(
+    limits: Callable[[], ServerSettings], http: str = "httptools", hot: HotServer | None = None
+) -> type[_Bounded]:
     """A bounded uvicorn protocol (``http``: ``httptools`` or ``h11``) reading its bounds
-    from ``limits()``."""
+    from ``limits()``; with httptools, ``hot`` serves the hot routes below ASGI."""
     base = GatewayHttpToolsProtocol if http == "httptools" else GatewayH11Protocol
-    return type(f"Bound{base.__name__}", (base,), {"limits": staticmethod(limits)})
+    return type(f"Bound{base.__name__}", (base,), {"limits": staticmethod(limits), "hot": hot})
 
 
-def uvicorn_options(runtime: Runtime) -> dict[str, Any]:
-    """The uvicorn settings that apply the ``server`` section (keep-alive and header size
-    are read at start-up; the timeouts and caps at every connection)."""
+def uvicorn_options(app: GatewayApp) -> dict[str, Any]:
+    """The uvicorn settings of a gateway app: the ``server`` section (keep-alive and header
+    size are read at start-up; the timeouts and caps at every connection) and its hot routes."""
+    runtime = app.state.runtime
     server = runtime.settings.server
     return {
-        "http": protocol_class(lambda: runtime.settings.server, server.http),
+        "http": protocol_class(lambda: runtime.settings.server, server.http, app.state.hot),
         "timeout_keep_alive": server.keep_alive_s,
         "h11_max_incomplete_event_size": server.max_header_bytes,
     }

@@ -55,7 +55,12 @@ class Handoff:
             """Attempts in flight at ``upstream`` over all workers (read on every dispatch)."""
             return totals[base + upstream.slot]
 
+        def counts(upstreams: Iterable[Upstream]) -> list[int]:
+            """:func:`count` of each of ``upstreams``."""
+            return [totals[base + u.slot] for u in upstreams]
+
         self.count = count
+        self.counts = counts
 
     def publish(
         self, priority: int, enqueued: float, excluded: Iterable[int], waiting: int, background: int

@@ -39,6 +39,36 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def open_context(scope: Scope) -> RequestContext:
+    """The request's context, kept in ``scope["gateway.context"]``."""
+    context = RequestContext(new_request_id(_header(scope, b"x-request-id")))
+    scope["gateway.context"] = context
+    return context
+
+
+def record(
+    runtime: Runtime, scope: Scope, context: RequestContext, route: str, status: int
+) -> None:
+    """Count an answered request and log its access line (see module doc)."""
+    elapsed = time.perf_counter() - context.started
+    runtime.metrics.request_done(route, status, context.token, elapsed)
+    if access_log.isEnabledFor(logging.INFO):
+        client = scope.get("client")
+        peer = f"{client[0]}:{client[1]}" if client else "-"
+        access_line(
+            access_log,
+            '%s "%s %s HTTP/%s" %d token=%s rid=%s %.1fms',
+            peer,
+            scope.get("method", "-"),
+            scope.get("path", "-"),
+            scope.get("http_version", "1.1"),
+            status,
+            context.token,
+            context.request_id,
+            elapsed * 1000,
+        )
+
+
 class RequestContextMiddleware:
     """See module doc; ``routes`` are the paths counted under their own name ("other" else)."""
 
@@ -51,8 +81,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        context = RequestContext(new_request_id(_header(scope, b"x-request-id")))
-        scope["gateway.context"] = context
+        context = open_context(scope)
         route = scope["path"] if scope["path"] in self.routes else "other"
         status = 500
         rid_header = (b"x-request-id", context.request_id.encode("latin-1"))
@@ -70,20 +99,4 @@ class RequestContextMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            elapsed = time.perf_counter() - context.started
-            self.runtime.metrics.request_done(route, status, context.token, elapsed)
-            if access_log.isEnabledFor(logging.INFO):
-                client = scope.get("client")
-                peer = f"{client[0]}:{client[1]}" if client else "-"
-                access_line(
-                    access_log,
-                    '%s "%s %s HTTP/%s" %d token=%s rid=%s %.1fms',
-                    peer,
-                    scope.get("method", "-"),
-                    scope.get("path", "-"),
-                    scope.get("http_version", "1.1"),
-                    status,
-                    context.token,
-                    context.request_id,
-                    elapsed * 1000,
-                )
+            record(self.runtime, scope, context, route, status)

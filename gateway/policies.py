@@ -4,7 +4,8 @@ A policy picks one upstream among ``candidates`` (already filtered for health, t
 upstreams and, in ``queue`` mode, free capacity). Load-aware policies compare
 the keys ``load_keys(candidates)`` gives, one per candidate: the gateway's in-flight count
 first, then (topology-aware) the in-flight totals of the upstream's vLLM, card and host, so
-among equally loaded instances the one on the least busy vLLM/card wins.
+among equally loaded instances the one on the least busy vLLM/card wins. ``None`` instead of
+the keys says they are all the same.
 
 Usage::
 
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 T = TypeVar("T")
-LoadKeys = Callable[[Sequence[T]], list[tuple[float, ...]]]
+LoadKeys = Callable[[Sequence[T]], list[tuple[float, ...]] | None]
 
 
 class Policy(Protocol):
@@ -33,6 +34,8 @@ class Policy(Protocol):
 
 def _least(candidates: Sequence[T], load_keys: LoadKeys, rng: random.Random) -> T:
     keys = load_keys(candidates)
+    if keys is None:
+        return candidates[0] if len(candidates) == 1 else rng.choice(candidates)
     best_key = min(keys)
     best = [item for item, key in zip(candidates, keys, strict=True) if key == best_key]
     return best[0] if len(best) == 1 else rng.choice(best)

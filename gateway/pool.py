@@ -33,7 +33,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Collection, Hashable, Sequence
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from gateway.central_queue import BACKGROUND, INTERACTIVE, RETRY, CentralQueue
@@ -56,6 +56,14 @@ class NoUpstreamAvailable(PoolError):
 
 _HALF_CLASS_UP = math.sqrt(2)  # a service time within half a class of the average is class 0
 _HALF_CLASS_DOWN = 1 / _HALF_CLASS_UP
+
+
+def _summer(offsets: list[int]) -> Callable[[list[int]], int]:
+    """A function that sums the items of a list at ``offsets`` (in C, not a Python loop)."""
+    if len(offsets) == 1:
+        return itemgetter(offsets[0])
+    pick = itemgetter(*offsets)
+    return lambda column: sum(pick(column))
 
 
 class UpstreamPool(PoolHealth):
@@ -115,7 +123,30 @@ class UpstreamPool(PoolHealth):
                 u.probe_healthy, u.probe_failures = True, 0
         self.upstreams = upstreams
         self._by_url = {u.url: u for u in upstreams}
+        self._index_places()
         self._dispatch()
+
+    def _index_places(self) -> None:
+        """Number the places (vLLM, card, host) the upstreams name, so a dispatch reads their
+        loads from a list: ``self._place_ix[i]`` are the numbers of upstream ``i``'s vLLM, card
+        and host, the last number (:attr:`_no_place`, always 0) for one it does not name."""
+        number: dict[Hashable, int] = {}
+        for u in self.upstreams:
+            for place in u.places:
+                number.setdefault(place, len(number))
+        self._places = list(number)
+        self._no_place = len(number)
+        for u in self.upstreams:
+            u.place_ix = tuple(self._no_place if p is None else number[p] for p in u.place_keys)
+        # with a seat: each place's load is the sum of its upstreams' totals, read from one
+        # slice of the shared column (slots ``_slot_lo`` up to ``_slot_hi``)
+        slots = [u.slot for u in self.upstreams] or [0]
+        self._slot_lo, self._slot_hi = min(slots), max(slots) + 1
+        members: dict[int, list[int]] = {}
+        for u in self.upstreams:
+            for place in u.places:
+                members.setdefault(number[place], []).append(u.slot - self._slot_lo)
+        self._place_sums = [_summer(members[i]) for i in range(len(number))]
 
     def _claim_slot(self, upstream: Upstream) -> bool:
         """Give a new upstream its shared-table slot; False (logged) when the table is full."""
@@ -155,42 +186,56 @@ class UpstreamPool(PoolHealth):
             return list(self.upstreams), True
         return healthy, False
 
-    def _load_keys(self, candidates: Sequence[Upstream]) -> list[tuple[float, ...]]:
+    def _counts(self, upstreams: Sequence[Upstream]) -> list[int]:
+        """The attempts in flight at each of ``upstreams`` (of every worker, with a seat)."""
+        if self.handoff is None:
+            return [u.in_flight for u in upstreams]
+        return self.handoff.counts(upstreams)
+
+    def _load_keys(self, candidates: Sequence[Upstream]) -> list[tuple[float, ...]] | None:
         """The sort key of each candidate: in-flight count, then (``queue`` mode) the speed
-        class, then (topology-aware) the in-flight totals of its vLLM, card and host."""
-        count = self._count
+        class, then (topology-aware) the in-flight totals of its vLLM, card and host; None
+        when every candidate's key is the same (an idle fleet of average speed)."""
+        counts = self._counts(candidates)
         classes = self._speed_classes() if self.policy.uses_queue else {}
-        if not self.settings.load_balance.topology_aware:
-            if not self.policy.uses_queue:
-                return [(count(u),) for u in candidates]
-            return [(count(u), classes.get(u.spec.url, 0)) for u in candidates]
-        load = self._places_load()
-        if not load:  # nothing in flight anywhere: every topology total is 0
-            return [(count(u), classes.get(u.spec.url, 0)) for u in candidates]
-        get = load.get  # a place a spec does not name is None, never a key of ``load``
+        loads = self._place_loads() if self.settings.load_balance.topology_aware else None
+        if not loads:  # no topology, or nothing in flight anywhere
+            if not classes:
+                return None if min(counts) == max(counts) else [(n,) for n in counts]
+            return [
+                (n, classes.get(u.spec.url, 0)) for u, n in zip(candidates, counts, strict=True)
+            ]
         if not classes:  # every speed average: the class is 0 for all, left out of the key
             return [
-                (count(u), get((k := u.place_keys)[0], 0), get(k[1], 0), get(k[2], 0))
-                for u in candidates
+                (n, loads[(k := u.place_ix)[0]], loads[k[1]], loads[k[2]])
+                for u, n in zip(candidates, counts, strict=True)
             ]
         return [
-            (count(u), classes.get(u.spec.url, 0), get((k := u.place_keys)[0], 0), get(k[1], 0),
-             get(k[2], 0))
-            for u in candidates
+            (n, classes.get(u.spec.url, 0), loads[(k := u.place_ix)[0]],
+             loads[k[1]], loads[k[2]])
+            for u, n in zip(candidates, counts, strict=True)
         ]  # fmt: skip
 
-    def _places_load(self) -> dict[Hashable, int]:
-        """Attempts in flight per vLLM, card and host (``Upstream.places``): kept up to
-        date by the leases of this process, or summed over the workers' shared table."""
+    def _place_loads(self) -> list[int]:
+        """Attempts in flight at each numbered place (:meth:`_index_places`), and a last 0;
+        empty when nothing is in flight anywhere."""
         if self.handoff is None:
-            return self._load
-        load: dict[Hashable, int] = {}
+            if not self._load:
+                return []
+            get = self._load.get
+            return [*(get(place, 0) for place in self._places), 0]
         totals, base = self.handoff.seat.totals()
-        for u in self.upstreams:
-            if n := totals[base + u.slot]:
-                for place in u.places:
-                    load[place] = load.get(place, 0) + n
-        return load
+        column = totals[base + self._slot_lo : base + self._slot_hi].tolist()
+        if not any(column):
+            return []
+        return [*(total(column) for total in self._place_sums), 0]
+
+    def _places_load(self) -> dict[Hashable, int]:
+        """Attempts in flight per vLLM, card and host (``Upstream.places``), those not 0: kept
+        up to date by the leases of this process, or summed over the workers' shared table."""
+        if self.handoff is None:
+            return dict(self._load)
+        return {p: n for p, n in zip(self._places, self._place_loads(), strict=False) if n}
 
     def _speed_classes(self) -> dict[str, int]:
         """Each upstream's service time as a class, ``round(log2(service / average))``, for
@@ -318,7 +363,8 @@ class UpstreamPool(PoolHealth):
         assert handoff is not None
         priority = BACKGROUND if background else RETRY if retry else INTERACTIVE
         for _ in range(_OPTIMISTIC_TRIES):
-            free = [u for u in candidates if self._count(u) < limit]
+            counts = handoff.counts(candidates)
+            free = [u for u, n in zip(candidates, counts, strict=True) if n < limit]
             if not free or (background and self.queue.interactive_waiting):
                 return None
             if not handoff.gate(priority, self._clock(), free):

@@ -120,7 +120,7 @@ def run_worker(index: int, sock: socket.socket, seat: Seat, options: SupervisorO
         log_level=options.log_level.lower(),
         access_log=False,
         timeout_graceful_shutdown=max(1, int(options.grace_s) - 5),
-        **uvicorn_options(app.state.runtime),
+        **uvicorn_options(app),
     )
     server = uvicorn.Server(config)
 

@@ -79,6 +79,7 @@ class Upstream:
     # the keys of its vLLM, card and host (None: not named), and those named; set with ``spec``
     place_keys: tuple[Hashable | None, Hashable | None, Hashable | None] = (None, None, None)
     places: tuple[Hashable, ...] = ()
+    place_ix: tuple[int, ...] = (0, 0, 0)  # the numbers its pool gives those places
 
     def __post_init__(self) -> None:
         self.set_spec(self.spec)

@@ -52,7 +52,7 @@ class RunningGateway:
     def __init__(self, app: Any, headers: dict[str, str] | None = None) -> None:
         self.app = app
         self.runtime = app.state.runtime
-        self.server = ServerThread(app, **uvicorn_options(self.runtime)).start()
+        self.server = ServerThread(app, **uvicorn_options(app)).start()
         self.url = self.server.url
         self.client = httpx.Client(
             base_url=self.url, timeout=30, trust_env=False, headers=headers or {}
