@@ -250,18 +250,17 @@ class UpstreamPool(PoolHealth):
         """
         now = self._clock()
         memory = self.settings.load_balance.speed_memory_s
-        known = {
-            u.spec.url: service
-            for u in self.upstreams
-            if (service := u.service_s) and now - u.service_at <= memory
-        }
+        known = [u for u in self.upstreams if u.service_s and now - u.service_at <= memory]
         if not known:
             return {}
-        average = sum(known.values()) / len(known)
+        services = [u.service_s for u in known]
+        average = sum(services) / len(services)
         low, high = average * _HALF_CLASS_DOWN, average * _HALF_CLASS_UP  # class 0 in between
+        if low <= min(services) and max(services) < high:
+            return {}
         return {
-            url: round(math.log2(service / average))
-            for url, service in known.items()
+            u.spec.url: round(math.log2(service / average))
+            for u, service in zip(known, services, strict=True)
             if not low <= service < high
         }
 
