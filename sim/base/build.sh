@@ -36,12 +36,17 @@ done
 say() { echo "base/build.sh: $*" >&2; }
 
 apt_mirror() {  # the first Debian archive this machine's apt is configured with
-  local files=(/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources)
+  local files=() file
+  for file in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+    [[ -r "$file" ]] && files+=("$file")
+  done
+  [[ ${#files[@]} -gt 0 ]] || return 0
   {
-    cat "${files[@]}" 2>/dev/null | awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; break } }'
-    cat "${files[@]}" 2>/dev/null | awk '$1 == "URIs:" { print $2 }'
-  } | grep -v -e '-security' -e 'security\.' | sed 's#/*$##' | head -n 1
+    awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; break } }' "${files[@]}"
+    awk '$1 == "URIs:" { print $2 }' "${files[@]}"
+  } | grep -v -e '-security' -e 'security\.' | sed 's#/*$##' | head -n 1 || true
 }
+
 start=$SECONDS
 
 extra_cas=()
