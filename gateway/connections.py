@@ -28,8 +28,8 @@ from __future__ import annotations
 import asyncio
 import http
 import json
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import h11
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -43,8 +43,6 @@ from gateway.settings import ServerSettings
 
 if TYPE_CHECKING:
     from gateway.hot_path import GatewayApp, HotServer
-
-T = TypeVar("T")
 
 LINGER_S = 2.0  # how long a refused connection's input is read and dropped before closing
 BACKSTOP_GRACE_S = 5.0  # after body_timeout_s, for the middleware's 408 to go out first
@@ -60,14 +58,32 @@ class BodyTimeout(InputError):
         )
 
 
-async def before_deadline(wait: Awaitable[T], deadline: float, limit: float) -> T:
-    """``await wait``, or BodyTimeout (``limit``: the setting it names) at ``deadline`` (the
-    event loop's clock)."""
-    try:
-        async with asyncio.timeout_at(deadline):
-            return await wait
-    except TimeoutError:
-        raise BodyTimeout(limit) from None
+def deadline_receive(receive: Receive, limit: float) -> Receive:
+    """``receive`` bounded by the body deadline: the whole body must arrive within ``limit``
+    seconds from now (BodyTimeout past it); waits after the body are not bounded."""
+    deadline = asyncio.get_running_loop().time() + limit
+    complete = False
+    # uvicorn's request cycle sets this event when a message waits: no timer is needed
+    cycle = getattr(receive, "__self__", None)
+    arrived: asyncio.Event | None = getattr(cycle, "message_event", None)
+
+    async def timed_receive() -> Message:
+        nonlocal complete
+        if complete:
+            return await receive()
+        if arrived is not None and arrived.is_set():
+            message = await receive()
+        else:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(limit) from None
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            complete = True
+        return message
+
+    return timed_receive
 
 
 class BodyDeadlineMiddleware:
@@ -81,26 +97,7 @@ class BodyDeadlineMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.timeout()
-        deadline = asyncio.get_running_loop().time() + limit
-        complete = False
-        # uvicorn's request cycle sets this event when a message waits: no timer is needed
-        cycle = getattr(receive, "__self__", None)
-        arrived: asyncio.Event | None = getattr(cycle, "message_event", None)
-
-        async def timed_receive() -> Message:
-            nonlocal complete
-            if complete:  # after the body: waits for a disconnect are not bounded
-                return await receive()
-            if arrived is not None and arrived.is_set():
-                message = await receive()
-            else:
-                message = await before_deadline(receive(), deadline, limit)
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                complete = True
-            return message
-
-        await self.app(scope, timed_receive, send)
+        await self.app(scope, deadline_receive(receive, self.timeout()), send)
 
 
 def error_bytes(status: int, code: str, message: str, retry_after: int | None = None) -> bytes:

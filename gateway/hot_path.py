@@ -10,8 +10,9 @@ errors. They are served in one of two ways, with the same request id, metrics, a
 body deadline as every other route:
 
 - :class:`HotServer` (the gateway's httptools protocol, :mod:`gateway.connections`): straight
-  from uvicorn's request cycle. The body is read from the cycle, the handler's answer is
-  written to the connection as one response, without ASGI's messages, uvicorn's ``send`` or
+  from uvicorn's request cycle. The body is read with the cycle's own ``receive`` (under
+  :func:`gateway.connections.deadline_receive`, as the middleware reads it), the answer is
+  written to the connection as one response, without ASGI's response messages, uvicorn's ``send`` or
   the middleware chain. A request that names a forwarding proxy (``X-Forwarded-*`` headers,
   which uvicorn's proxy-headers middleware would read) takes the ASGI way instead.
 - :class:`GatewayApp` (ASGI): called directly inside the request middleware, for the h11
@@ -39,9 +40,9 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.connections import before_deadline
+from gateway.connections import deadline_receive
 from gateway.errors import error_for
 from gateway.middleware import open_context, record
 
@@ -55,7 +56,6 @@ log = logging.getLogger("gateway.hot_path")
 _STATUS_LINES = {
     int(s): b"HTTP/1.1 %d %s\r\n" % (int(s), s.phrase.encode("latin-1")) for s in http.HTTPStatus
 }
-_CLOSE = (b"connection", b"close")
 
 
 class GatewayApp(FastAPI):
@@ -90,47 +90,6 @@ class GatewayApp(FastAPI):
         await response(scope, receive, send)
 
 
-class _CycleReceive:
-    """ASGI ``receive`` over uvicorn's request cycle (its ``receive``, with the body deadline
-    of :class:`gateway.connections.BodyDeadlineMiddleware`)."""
-
-    __slots__ = ("_complete", "_cycle", "_deadline", "_limit", "_transport")
-
-    def __init__(self, cycle: Any, transport: asyncio.Transport, limit: float) -> None:
-        self._cycle = cycle
-        self._transport = transport
-        self._limit = limit
-        self._deadline: float | None = None
-        self._complete = False
-
-    async def __call__(self) -> Message:
-        cycle = self._cycle
-        if cycle.waiting_for_100_continue and not self._transport.is_closing():
-            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            cycle.waiting_for_100_continue = False
-        if not cycle.disconnected and not cycle.response_complete:
-            cycle.flow.resume_reading()
-            event = cycle.message_event
-            if not event.is_set():
-                if self._complete:  # after the body: waits for a disconnect are not bounded
-                    await event.wait()
-                else:
-                    await self._wait(event)
-            event.clear()
-        if cycle.disconnected or cycle.response_complete:
-            return {"type": "http.disconnect"}
-        more = cycle.more_body
-        message = {"type": "http.request", "body": bytes(cycle.body), "more_body": more}
-        cycle.body = b""
-        self._complete = not more
-        return message
-
-    async def _wait(self, event: asyncio.Event) -> None:
-        if self._deadline is None:
-            self._deadline = asyncio.get_running_loop().time() + self._limit
-        await before_deadline(event.wait(), self._deadline, self._limit)
-
-
 class HotServer:
     """Serves the hot routes from uvicorn's httptools request cycle; see module doc."""
 
@@ -157,7 +116,7 @@ class HotServer:
         scope["app"] = self.app
         context = open_context(scope)
         status = 500
-        receive = _CycleReceive(cycle, transport, self.runtime.settings.server.body_timeout_s)
+        receive = deadline_receive(cycle.receive, self.runtime.settings.server.body_timeout_s)
         try:
             request = Request(scope, receive)
             try:
@@ -188,18 +147,18 @@ class HotServer:
         status = response.status_code
         line = _STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status
         head = [line]
-        has_rid = False
+        has_rid = closes = False
         for name, value in (*cycle.default_headers, *response.raw_headers):
             if b"\n" in value or b"\r" in value:
                 raise RuntimeError("Invalid HTTP header value.")
             if name == b"x-request-id":
                 has_rid = True
             elif name == b"connection" and b"close" in value.lower():
-                cycle.keep_alive = False
+                cycle.keep_alive, closes = False, True
             head += (name, b": ", value, b"\r\n")
         if not has_rid:
             head.append(b"x-request-id: %s\r\n" % rid.encode("latin-1"))
-        if not cycle.keep_alive and _CLOSE not in response.raw_headers:
+        if not cycle.keep_alive and not closes:
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")
         cycle.response_started = True
