@@ -127,26 +127,25 @@ class UpstreamPool(PoolHealth):
         self._dispatch()
 
     def _index_places(self) -> None:
-        """Number the places (vLLM, card, host) the upstreams name, so a dispatch reads their
-        loads from a list: ``self._place_ix[i]`` are the numbers of upstream ``i``'s vLLM, card
-        and host, the last number (:attr:`_no_place`, always 0) for one it does not name."""
-        number: dict[Hashable, int] = {}
+        """Number the places (vLLM, card, host) the upstreams name, so that a dispatch reads
+        their loads from a list (:meth:`_place_loads`): ``u.place_ix`` are the numbers of
+        ``u``'s vLLM, card and host, one past the last place (a load that is always 0) for one
+        it does not name."""
+        members: dict[Hashable, list[Upstream]] = {}
         for u in self.upstreams:
             for place in u.places:
-                number.setdefault(place, len(number))
-        self._places = list(number)
-        self._no_place = len(number)
+                members.setdefault(place, []).append(u)
+        self._places = list(members)
+        number = {place: i for i, place in enumerate(self._places)}
         for u in self.upstreams:
-            u.place_ix = tuple(self._no_place if p is None else number[p] for p in u.place_keys)
+            u.place_ix = tuple(len(number) if p is None else number[p] for p in u.place_keys)
         # with a seat: each place's load is the sum of its upstreams' totals, read from one
         # slice of the shared column (slots ``_slot_lo`` up to ``_slot_hi``)
         slots = [u.slot for u in self.upstreams] or [0]
         self._slot_lo, self._slot_hi = min(slots), max(slots) + 1
-        members: dict[int, list[int]] = {}
-        for u in self.upstreams:
-            for place in u.places:
-                members.setdefault(number[place], []).append(u.slot - self._slot_lo)
-        self._place_sums = [_summer(members[i]) for i in range(len(number))]
+        self._place_sums = [
+            _summer([u.slot - self._slot_lo for u in group]) for group in members.values()
+        ]
 
     def _claim_slot(self, upstream: Upstream) -> bool:
         """Give a new upstream its shared-table slot; False (logged) when the table is full."""
