@@ -23,14 +23,26 @@ PROJECT = "paddleocr-fleet"
 
 
 def stack_config(path: Path) -> dict[str, str]:
-    """This project's values from a `Pulumi.<stack>.yaml`, keys without the project prefix."""
+    """This project's values from a `Pulumi.<stack>.yaml`, keys without the project prefix.
+
+    A key that holds a secret (`secure:` ciphertext, anywhere in its value) is left out: only
+    Pulumi can decrypt it, and the plan needs none (the credentials `tokens`, `adminTokens`).
+    """
     document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     values: dict[str, str] = {}
     for key, value in (document.get("config") or {}).items():
-        if key.startswith(f"{PROJECT}:"):
+        if key.startswith(f"{PROJECT}:") and not _holds_secret(value):
             name = key.split(":", 1)[1]
             values[name] = value if isinstance(value, str) else json.dumps(value)
     return values
+
+
+def _holds_secret(value: object) -> bool:
+    if isinstance(value, dict):
+        return "secure" in value or any(_holds_secret(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_secret(v) for v in value)
+    return False
 
 
 def render_matrix(plan: FleetPlan) -> str:

@@ -4,26 +4,15 @@
 #                                 Docker engine (started and its sim images built where needed),
 #                                 then a sample document through the gateway
 #   bash scripts/up.sh STACK      an operator's stack as configured (Pulumi.STACK.yaml)
-# The Pulumi toolchain comes from scripts/install-pulumi.sh (built from Go modules, or the one
-# installed the official way). State lives in .pulumi-state/ unless PULUMI_BACKEND_URL is set;
-# PULUMI_CONFIG_PASSPHRASE defaults to empty. A second run changes nothing.
+# The Pulumi toolchain and state: scripts/pulumi-env.sh. A second run changes nothing;
+# scripts/down.sh takes it down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stack="${1:-demo}"
 started=$SECONDS
 say() { echo "up.sh: $*" >&2; }
 
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
-fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e . >/dev/null
-
-pulumi_bin="$(bash scripts/install-pulumi.sh)"
-export PATH="$pulumi_bin:$PATH"
-export PULUMI_SKIP_UPDATE_CHECK=true
-export PULUMI_BACKEND_URL="${PULUMI_BACKEND_URL:-file://$PWD/.pulumi-state}"
-export PULUMI_CONFIG_PASSPHRASE="${PULUMI_CONFIG_PASSPHRASE-}"
-mkdir -p .pulumi-state
+. scripts/pulumi-env.sh
 
 if [ "$stack" = demo ]; then
   bash .ci/docker-up.sh >/dev/null
@@ -49,6 +38,13 @@ if ! pulumi stack select "$stack" --non-interactive 2>/dev/null; then
     pulumi config set --stack demo --secret --path adminTokens.ops "$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(24))')"
   fi
 fi
+
+# A container of the same name that this stack's state does not own would fail pulumi up
+# half-way: name them all first (components/preflight.py).
+state="$(mktemp)"
+trap 'rm -f "$state"' EXIT
+pulumi stack export --stack "$stack" >"$state"
+.venv/bin/python -m components.preflight --stack "$stack" --state "$state"
 
 pulumi up --yes --non-interactive --stack "$stack"
 gateway="$(pulumi stack output --stack "$stack" gateway_url)"

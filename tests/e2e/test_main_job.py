@@ -1,19 +1,26 @@
-"""The README's main job, `bash scripts/up.sh`, run for real: the demo stack, twice.
+"""The README's main job, `bash scripts/up.sh`, run for real: the demo stack, twice, then down.
 
 It runs in a copy of the checkout (what git tracks, plus untracked files it does not ignore), so
-its `.venv`, `.pulumi-state/` and `Pulumi.demo.yaml` are its own, as on a fresh machine.
+its `.venv`, `.pulumi-state/` and `Pulumi.demo.yaml` are its own, as on a fresh machine. The
+demo's container names are fixed, so a demo deployed from another checkout is taken away first.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.pulumi_stack import REPO, find_cli
+
+DEMO_LABEL = "paddleocr-fleet.stack=paddleocr-fleet/demo"
+BLOCKER_IMAGE = "paddleocr-fleet/test-blocker:empty"
+DEMO_VLLM_NAME = "vllm-sim-paddleocr-9025-sim-0"
 
 
 def _checkout_copy(target: Path) -> Path:
@@ -31,9 +38,30 @@ def _checkout_copy(target: Path) -> Path:
     return target
 
 
-def _run(checkout: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+def _docker(*args: str, stdin: bytes | None = None) -> str:
+    done = subprocess.run(["docker", *args], input=stdin, capture_output=True, check=True)
+    return done.stdout.decode()
+
+
+def _remove_demo_containers() -> None:
+    ids = _docker("ps", "-aq", "--filter", f"label={DEMO_LABEL}").split()
+    if ids:
+        _docker("rm", "-f", *ids)
+
+
+def _hold_a_demo_name() -> None:
+    """A created (never started) container of an empty image, holding the demo vLLM's name."""
+    empty = io.BytesIO()
+    tarfile.open(fileobj=empty, mode="w").close()
+    _docker("import", "-", BLOCKER_IMAGE, stdin=empty.getvalue())
+    _docker("create", "--name", DEMO_VLLM_NAME, "--label", DEMO_LABEL, BLOCKER_IMAGE, "/none")
+
+
+def _run(
+    checkout: Path, env: dict[str, str], timeout: float, script: str = "up.sh"
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", str(checkout / "scripts" / "up.sh")],
+        ["bash", str(checkout / "scripts" / script)],
         env=env,
         capture_output=True,
         text=True,
@@ -52,7 +80,16 @@ def test_the_main_job_deploys_the_demo_serves_a_document_and_a_second_run_change
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "VIRTUAL_ENV"))}
     checkout = _checkout_copy(tmp_path / "checkout")
     backend = checkout / ".pulumi-state"
+    _remove_demo_containers()
     try:
+        _hold_a_demo_name()
+        blocked = _run(checkout, env, timeout=1800)
+        assert blocked.returncode == 1, blocked.stdout[-4000:] + blocked.stderr[-4000:]
+        assert f"{DEMO_VLLM_NAME} on host local" in blocked.stderr, blocked.stderr[-4000:]
+        assert f"docker rm -f {DEMO_VLLM_NAME}" in blocked.stderr
+        assert "pulumi:pulumi:Stack" not in blocked.stdout  # no update began
+        _docker("rm", "-f", DEMO_VLLM_NAME)
+
         first = _run(checkout, env, timeout=1800)
         assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
         assert "sim-vllm:" in first.stdout  # the sample document's markdown
@@ -60,7 +97,13 @@ def test_the_main_job_deploys_the_demo_serves_a_document_and_a_second_run_change
         second = _run(checkout, env, timeout=900)
         assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
         assert "unchanged" in second.stdout and "created" not in second.stdout
+
+        down = _run(checkout, env, timeout=900, script="down.sh")
+        assert down.returncode == 0, down.stdout[-4000:] + down.stderr[-4000:]
+        assert _docker("ps", "-aq", "--filter", f"label={DEMO_LABEL}").split() == []
     finally:
+        subprocess.run(["docker", "rm", "-f", DEMO_VLLM_NAME], capture_output=True, check=False)
+        subprocess.run(["docker", "rmi", BLOCKER_IMAGE], capture_output=True, check=False)
         pulumi = find_cli()
         subprocess.run(
             [str(pulumi), "destroy", "--stack", "demo", "--yes", "--non-interactive"],

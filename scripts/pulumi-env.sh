@@ -1,0 +1,14 @@
+# Sourced by scripts/up.sh and scripts/down.sh: the project's venv, the Pulumi toolchain first on
+# PATH (scripts/install-pulumi.sh) and the file state backend in .pulumi-state/ (unless
+# PULUMI_BACKEND_URL is set; PULUMI_CONFIG_PASSPHRASE defaults to empty). Sets $pulumi_bin.
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e . >/dev/null
+
+pulumi_bin="$(bash scripts/install-pulumi.sh)"
+export PATH="$pulumi_bin:$PATH"
+export PULUMI_SKIP_UPDATE_CHECK=true
+export PULUMI_BACKEND_URL="${PULUMI_BACKEND_URL:-file://$PWD/.pulumi-state}"
+export PULUMI_CONFIG_PASSPHRASE="${PULUMI_CONFIG_PASSPHRASE-}"
+mkdir -p .pulumi-state
