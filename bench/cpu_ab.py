@@ -167,16 +167,39 @@ def _median(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def report(cells: list[dict], names: list[str]) -> str:
+def bound_rps(workers: int, gateway_ms: float, others_ms: float, cores: float) -> float:
+    """The most answers/s a gateway of ``workers`` processes can give on this machine, from
+    what one answer costs it (``gateway_ms`` of CPU) and everything else (``others_ms``: wrk,
+    the fleet, the kernel on their side): each worker has at most one core, and all of them
+    and the others share ``cores``.
+
+    >>> round(bound_rps(1, 0.2, 0.05, 2))   # one worker: its own core is the limit
+    5000
+    >>> round(bound_rps(2, 0.2, 0.05, 2))   # two: the machine, shared with the others
+    8000
+    """
+    return min(workers / gateway_ms, cores / (gateway_ms + others_ms)) * 1000
+
+
+def report(cells: list[dict], names: list[str], workers: dict[str, int] | None = None) -> str:
     """A markdown table: per variant the median (best) ms per answer, the median answers/s and
     the median cores the gateway and the others used; each variant against the first: ms,
     answers/s, and answers/s per core the gateway had (1.00: it scales with the cores it gets).
+
+    With ``workers`` (variant -> its worker count), two columns per variant more: the bound on
+    answers/s this machine sets for it (:func:`bound_rps`, from the run's own costs) and the
+    ratio of the bounds against the first variant: what any gateway of those costs could show.
     """
+    cores_here = float(multiprocessing.cpu_count())
     head = ["route", "document"]
     head += [f"`{n}` ms median (best)" for n in names] + [f"`{n}` answers/s" for n in names]
     head += [f"`{n}` cores: gateway, others" for n in names]
+    if workers:
+        head += [f"`{n}` bound answers/s (reached)" for n in names]
     for n in names[1:]:
         head += [f"`{n}` / `{names[0]}`: {what}" for what in ("ms", "answers/s", "per core")]
+        if workers:
+            head.append(f"`{n}` / `{names[0]}`: bound")
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for cell in cells:
         runs = cell["rounds"]
@@ -187,14 +210,21 @@ def report(cells: list[dict], names: list[str]) -> str:
             n: statistics.median(r["fleet_cores"] + r["other_cores"] for r in runs[n])
             for n in names
         }
+        bound = {
+            n: bound_rps(workers[n], ms[n], others[n] / rps[n] * 1000, cores_here)
+            for n in (names if workers else ())
+        }
         row = [cell["route"], cell["size"]]
         row += [f"{ms[n]:.3f} ({min(r['ms'] for r in runs[n]):.3f})" for n in names]
         row += [f"{rps[n]:,.0f}" for n in names]
         row += [f"{cores[n]:.2f}, {others[n]:.2f}" for n in names]
+        row += [f"{bound[n]:,.0f} ({rps[n] / bound[n]:.2f})" for n in bound]
         first = names[0]
         for n in names[1:]:
             per_core = (rps[n] / cores[n]) / (rps[first] / cores[first])
             row += [f"{ms[n] / ms[first]:.2f}", f"**{rps[n] / rps[first]:.2f}**", f"{per_core:.2f}"]
+            if workers:
+                row.append(f"{bound[n] / bound[first]:.2f}")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -225,8 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     cells = measure(args)
     after = parallel_speedup()
     many = len(args.workers) > 1
-    names = [Variant(r, w).name(many) for r, w in itertools.product(args.revs, args.workers)]
-    print(report(cells, names))
+    variants = [Variant(r, w) for r, w in itertools.product(args.revs, args.workers)]
+    names = [v.name(many) for v in variants]
+    workers = {v.name(many): v.workers for v in variants} if many else None
+    print(report(cells, names, workers))
     print(f"\ntwo CPU-bound processes against one, before and after: {speedup} and {after}")
     if args.out:
         meta = {

@@ -37,6 +37,8 @@ def test_worker_counts_against_the_canned_fleet(tmp_path, capsys):
     assert cpu_ab.main(argv) == 0
     printed = capsys.readouterr().out
     assert "`worktree x2` / `worktree x1`: answers/s" in printed
+    assert "`worktree x2` bound answers/s (reached)" in printed
+    assert "`worktree x2` / `worktree x1`: bound" in printed
     assert "two CPU-bound processes against one" in printed
     res = json.loads(out.read_text())
     assert res["meta"]["fleet"] == "canned" and len(res["meta"]["parallel_speedup"]) == 2
@@ -47,6 +49,13 @@ def test_worker_counts_against_the_canned_fleet(tmp_path, capsys):
         assert len(runs) == 2
         for r in runs:  # /ocr answered from the canned pages: no errors, the gateway busy
             assert r["rps"] > 0 and not r["errors"] and r["gateway_cores"] > 0, r
+
+
+def test_the_bound_is_a_core_per_worker_or_the_machine_shared_with_the_others():
+    assert cpu_ab.bound_rps(1, 0.2, 0.05, 2) == pytest.approx(5000)  # its one core
+    assert cpu_ab.bound_rps(2, 0.2, 0.05, 2) == pytest.approx(8000)  # 2 cores / 0.25 ms
+    assert cpu_ab.bound_rps(2, 0.2, 0.0, 2) == pytest.approx(10000)  # cores of its own: 2x
+    assert cpu_ab.bound_rps(4, 0.2, 0.05, 8) == pytest.approx(20000)
 
 
 def test_the_canned_fleet_answers_every_port_with_its_answer(tmp_path):
