@@ -11,6 +11,8 @@ round of each, and each variant's median against the first one's. A variant is a
     python -m bench.cpu_ab --revs HEAD, --workers 2     # '' (a trailing comma): the working tree
     python -m bench.cpu_ab --revs HEAD --workers 1,2 --fleet canned -c 32 --routes ocr \\
         --sizes "tiny,1 MB" --out bench/results/workers-scaling.json   # what workers buy
+    python -m bench.cpu_ab --revs HEAD --workers 1,2 --fleet canned -c 32 --sizes tiny \
+        --worker-cores 0.8      # each worker capped at 0.8 of a core: cores of its own
 
 CPU is the variant's whole process tree (``bench.procstat``) over wrk's run, divided by the
 requests wrk saw answered (each is one upstream request on ``pass``, two on ``ocr``).
@@ -19,7 +21,8 @@ nginx worker answering every upstream port with a fixed PaddleX answer (``bench.
 that on a small machine the fleet takes as little CPU from the gateway as it can; ``sim`` is the
 simulated fleet (``bench.fleet``), which reads every document. The cores the others used (wrk,
 the fleet, everything else on the machine) are measured in each run and reported, since they
-bound what a second worker can add on a machine whose cores they share.
+bound what a second worker can add on a machine whose cores they share; ``--worker-cores``
+caps each worker (``bench.cpucap``) so that they no longer do.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.cpu_cell import ROUTES
+from bench.cpucap import CpuCapError, CpuCaps
 from bench.fleet import healthy, layout_answer, restructure_answer
 from bench.procs import gateway_config, snapshot_gateway, start_fleet
-from bench.procstat import MachineMeter, TreeMeter
+from bench.procstat import MachineMeter, TreeMeter, tree
 from bench.proxies import (
     ProxyProc,
     gateway_revision,
@@ -132,6 +136,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
     )
     many = len(args.workers) > 1
     gateways: dict[str, ProxyProc] = {}
+    caps = CpuCaps() if args.worker_cores else None
     try:
         srcs = {}
         for rev in args.revs:
@@ -143,6 +148,9 @@ def measure(args: argparse.Namespace) -> list[dict]:
             name = Variant(rev, workers).name(many)
             folder = workdir / f"gw-{name.replace(' ', '-')}"
             gateways[name] = start_gateway(cfg, folder, srcs[rev], ["--workers", str(workers)])
+            if caps is not None:
+                for pid in worker_pids(gateways[name].pid, workers):
+                    caps.cap(pid, args.worker_cores)
         cells = []
         for size in args.sizes:
             routes = bodies(document(size))
@@ -158,37 +166,59 @@ def measure(args: argparse.Namespace) -> list[dict]:
                 cells.append({"route": route, "size": size, "rounds": rounds})
         return cells
     finally:
+        if caps is not None:
+            caps.close()
         for gw in gateways.values():
             gw.stop()
         fleet.stop()
+
+
+def worker_pids(gateway_pid: int, workers: int) -> list[int]:
+    """The processes that serve: the gateway itself with one worker, else its forked workers
+    (the supervisor only waits)."""
+    if workers == 1:
+        return [gateway_pid]
+    found = [st.pid for st in tree(gateway_pid) if st.ppid == gateway_pid]
+    if len(found) != workers:
+        raise SystemExit(f"gateway {gateway_pid}: {len(found)} worker processes, not {workers}")
+    return found
 
 
 def _median(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def bound_rps(workers: int, gateway_ms: float, others_ms: float, cores: float) -> float:
+def bound_rps(
+    workers: int, gateway_ms: float, others_ms: float, cores: float, worker_cores: float = 1.0
+) -> float:
     """The most answers/s a gateway of ``workers`` processes can give on this machine, from
     what one answer costs it (``gateway_ms`` of CPU) and everything else (``others_ms``: wrk,
-    the fleet, the kernel on their side): each worker has at most one core, and all of them
-    and the others share ``cores``.
+    the fleet, the kernel on their side): each worker has at most ``worker_cores`` (one core,
+    or its cap), and all of them and the others share ``cores``.
 
     >>> round(bound_rps(1, 0.2, 0.05, 2))   # one worker: its own core is the limit
     5000
     >>> round(bound_rps(2, 0.2, 0.05, 2))   # two: the machine, shared with the others
     8000
     """
-    return min(workers / gateway_ms, cores / (gateway_ms + others_ms)) * 1000
+    own = workers * worker_cores / gateway_ms
+    return min(own, cores / (gateway_ms + others_ms)) * 1000
 
 
-def report(cells: list[dict], names: list[str], workers: dict[str, int] | None = None) -> str:
+def report(
+    cells: list[dict],
+    names: list[str],
+    workers: dict[str, int] | None = None,
+    worker_cores: float = 1.0,
+) -> str:
     """A markdown table: per variant the median (best) ms per answer, the median answers/s and
     the median cores the gateway and the others used; each variant against the first: ms,
     answers/s, and answers/s per core the gateway had (1.00: it scales with the cores it gets).
 
     With ``workers`` (variant -> its worker count), two columns per variant more: the bound on
     answers/s this machine sets for it (:func:`bound_rps`, from the run's own costs) and the
-    ratio of the bounds against the first variant: what any gateway of those costs could show.
+    ratio of the bounds against the first variant: what any gateway of those costs could show
+    (``worker_cores``: each worker's cap, ``--worker-cores``).
     """
     cores_here = float(multiprocessing.cpu_count())
     head = ["route", "document"]
@@ -211,7 +241,7 @@ def report(cells: list[dict], names: list[str], workers: dict[str, int] | None =
             for n in names
         }
         bound = {
-            n: bound_rps(workers[n], ms[n], others[n] / rps[n] * 1000, cores_here)
+            n: bound_rps(workers[n], ms[n], others[n] / rps[n] * 1000, cores_here, worker_cores)
             for n in (names if workers else ())
         }
         row = [cell["route"], cell["size"]]
@@ -244,6 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-c", type=int, default=1, help="wrk connections")
     parser.add_argument("-s", type=int, default=2, help="seconds per wrk run")
     parser.add_argument("--out", type=Path, help="write the rounds as JSON here")
+    parser.add_argument(
+        "--worker-cores",
+        type=float,
+        metavar="X",
+        help="cap every gateway worker at X cores (a CPU cgroup each; root): a host whose "
+        "cores are the gateway's own, the rest left to wrk and the fleet (bench.cpucap)",
+    )
     args = parser.parse_args(argv)
     if set(args.routes) - set(ROUTES):
         parser.error(f"--routes: {sorted(set(args.routes) - set(ROUTES))}; known: {sorted(ROUTES)}")
@@ -251,6 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sizes: {sorted(set(args.sizes) - set(SIZES))}; known: {list(SIZES)}")
     if min(args.workers) < 1:
         parser.error(f"--workers: {args.workers}; a worker count is at least 1")
+    if args.worker_cores is not None:
+        if not 0 < args.worker_cores <= 1:
+            parser.error(f"--worker-cores: {args.worker_cores:g}; a share of one core, 0 to 1")
+        try:
+            CpuCaps().close()
+        except CpuCapError as exc:
+            parser.error(f"--worker-cores: {exc}")
     speedup = parallel_speedup()
     cells = measure(args)
     after = parallel_speedup()
@@ -258,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = [Variant(r, w) for r, w in itertools.product(args.revs, args.workers)]
     names = [v.name(many) for v in variants]
     workers = {v.name(many): v.workers for v in variants} if many else None
-    print(report(cells, names, workers))
+    print(report(cells, names, workers, args.worker_cores or 1.0))
     print(f"\ntwo CPU-bound processes against one, before and after: {speedup} and {after}")
     if args.out:
         meta = {
@@ -266,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             "fleet": args.fleet,
             "c": args.c,
             "seconds": args.s,
+            "worker_cores": args.worker_cores,
         }
         meta["parallel_speedup"] = [speedup, after]
         meta["gateways"] = {rev or "worktree": gateway_revision(rev) for rev in args.revs}

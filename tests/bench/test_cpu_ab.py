@@ -7,6 +7,7 @@ import json
 import pytest
 
 from bench import cpu_ab
+from bench.cpucap import CpuCapError, cgroup_root
 from bench.proxies import canned_config, ensure_tools, post_json, start_canned_fleet
 
 
@@ -31,9 +32,14 @@ def test_two_revisions_in_turn(capsys):
 
 def test_worker_counts_against_the_canned_fleet(tmp_path, capsys):
     _need("wrk", "nginx")
+    try:
+        cgroup_root()
+    except CpuCapError as exc:
+        pytest.skip(f"--worker-cores needs a CPU cgroup: {exc}")
     out = tmp_path / "scaling.json"
     argv = ["--revs", "", "--workers", "1,2", "--fleet", "canned", "-c", "4", "--routes", "ocr"]
     argv += ["--sizes", "tiny", "--rounds", "2", "-s", "1", "--out", str(out)]
+    argv += ["--worker-cores", "0.9"]  # each worker in a CPU cgroup of its own (root)
     assert cpu_ab.main(argv) == 0
     printed = capsys.readouterr().out
     assert "`worktree x2` / `worktree x1`: answers/s" in printed
@@ -42,6 +48,8 @@ def test_worker_counts_against_the_canned_fleet(tmp_path, capsys):
     assert "two CPU-bound processes against one" in printed
     res = json.loads(out.read_text())
     assert res["meta"]["fleet"] == "canned" and len(res["meta"]["parallel_speedup"]) == 2
+    assert res["meta"]["worker_cores"] == 0.9
+    assert not list(cgroup_root()[0].glob("paddleocr-bench-*"))  # the groups are gone
     assert res["meta"]["gateways"]["worktree"]["source"] == "working tree"
     (cell,) = res["cells"]
     assert set(cell["rounds"]) == {"worktree x1", "worktree x2"}
@@ -81,7 +89,12 @@ def test_a_canned_answer_that_nginx_would_read_as_a_variable_is_refused(tmp_path
 
 @pytest.mark.parametrize(
     "flag, value, named",
-    [("--routes", "pass,fast", "fast"), ("--sizes", "2 GB", "2 GB"), ("--workers", "0", "0")],
+    [
+        ("--routes", "pass,fast", "fast"),
+        ("--sizes", "2 GB", "2 GB"),
+        ("--workers", "0", "0"),
+        ("--worker-cores", "1.5", "1.5"),
+    ],
 )
 def test_bad_arguments_are_named(flag, value, named, capsys):
     with pytest.raises(SystemExit) as exc:
