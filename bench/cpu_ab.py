@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.cpu_cell import ROUTES
-from bench.cpucap import CpuCapError, CpuCaps
+from bench.cpucap import MIN_CORES, CpuCapError, CpuCaps, machine_cores
 from bench.fleet import healthy, layout_answer, restructure_answer
 from bench.procs import gateway_config, snapshot_gateway, start_fleet
 from bench.procstat import MachineMeter, TreeMeter, tree
@@ -137,6 +137,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
     many = len(args.workers) > 1
     gateways: dict[str, ProxyProc] = {}
     caps = CpuCaps() if args.worker_cores else None
+    capped: dict[str, list[int]] = {}
     try:
         srcs = {}
         for rev in args.revs:
@@ -149,7 +150,8 @@ def measure(args: argparse.Namespace) -> list[dict]:
             folder = workdir / f"gw-{name.replace(' ', '-')}"
             gateways[name] = start_gateway(cfg, folder, srcs[rev], ["--workers", str(workers)])
             if caps is not None:
-                for pid in worker_pids(gateways[name].pid, workers):
+                capped[name] = worker_pids(gateways[name].pid, workers)
+                for pid in capped[name]:
                     caps.cap(pid, args.worker_cores)
         cells = []
         for size in args.sizes:
@@ -163,13 +165,18 @@ def measure(args: argparse.Namespace) -> list[dict]:
                 for k in range(args.rounds):
                     for name, gw in order if k % 2 == 0 else reversed(order):
                         rounds[name].append(_run_once(gw, script, args, fleet_pid))
+                        if (
+                            name in capped
+                            and worker_pids(gw.pid, len(capped[name])) != capped[name]
+                        ):
+                            raise SystemExit(f"{name}: a worker was restarted, out of its cap")
                 cells.append({"route": route, "size": size, "rounds": rounds})
         return cells
     finally:
-        if caps is not None:
-            caps.close()
         for gw in gateways.values():
             gw.stop()
+        if caps is not None:
+            caps.close()
         fleet.stop()
 
 
@@ -178,7 +185,7 @@ def worker_pids(gateway_pid: int, workers: int) -> list[int]:
     (the supervisor only waits)."""
     if workers == 1:
         return [gateway_pid]
-    found = [st.pid for st in tree(gateway_pid) if st.ppid == gateway_pid]
+    found = sorted(st.pid for st in tree(gateway_pid) if st.ppid == gateway_pid)
     if len(found) != workers:
         raise SystemExit(f"gateway {gateway_pid}: {len(found)} worker processes, not {workers}")
     return found
@@ -220,7 +227,7 @@ def report(
     ratio of the bounds against the first variant: what any gateway of those costs could show
     (``worker_cores``: each worker's cap, ``--worker-cores``).
     """
-    cores_here = float(multiprocessing.cpu_count())
+    cores_here = float(machine_cores())
     head = ["route", "document"]
     head += [f"`{n}` ms median (best)" for n in names] + [f"`{n}` answers/s" for n in names]
     head += [f"`{n}` cores: gateway, others" for n in names]
@@ -289,10 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.workers) < 1:
         parser.error(f"--workers: {args.workers}; a worker count is at least 1")
     if args.worker_cores is not None:
-        if not 0 < args.worker_cores <= 1:
-            parser.error(f"--worker-cores: {args.worker_cores:g}; a share of one core, 0 to 1")
+        if not MIN_CORES <= args.worker_cores <= 1:
+            parser.error(
+                f"--worker-cores: {args.worker_cores:g}; a share of a core, {MIN_CORES} to 1"
+            )
         try:
-            CpuCaps().close()
+            CpuCaps().check()
         except CpuCapError as exc:
             parser.error(f"--worker-cores: {exc}")
     speedup = parallel_speedup()

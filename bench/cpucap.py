@@ -12,7 +12,8 @@ unified hierarchy, else cgroup v1 (``cpu.cfs_quota_us`` under ``/sys/fs/cgroup/c
 Usage::
 
     with CpuCaps() as caps:
-        caps.cap(worker_pid, 0.8)     # its own group: 0.8 ms of CPU per 1 ms
+        caps.check()                  # CpuCapError now, before anything starts
+        caps.cap(worker_pid, 0.8)     # its own group: 8 ms of CPU per 10 ms
         ...                           # measure
     # the processes are back in the root group, the groups removed
 """
@@ -21,13 +22,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 PERIOD_US = 10_000  # short, so that a throttled worker waits milliseconds, not 100 ms
+MIN_CORES = 0.1  # the kernel's smallest quota is 1 ms per period
 
 
 class CpuCapError(RuntimeError):
     """No CPU controller this process can use (not root, or no cgroup CPU controller)."""
+
+
+def machine_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0))
 
 
 def cgroup_root() -> tuple[Path, int]:
@@ -35,6 +43,14 @@ def cgroup_root() -> tuple[Path, int]:
     unified = Path("/sys/fs/cgroup")
     controllers = unified / "cgroup.controllers"
     if controllers.exists() and "cpu" in controllers.read_text().split():
+        subtree = unified / "cgroup.subtree_control"
+        if "cpu" not in subtree.read_text().split():
+            try:
+                subtree.write_text("+cpu")  # groups below the root get cpu.max
+            except OSError as exc:
+                raise CpuCapError(
+                    f"cannot enable the cpu controller below the root: {exc}"
+                ) from None
         return unified, 2
     v1 = unified / "cpu"
     if (v1 / "cpu.cfs_quota_us").exists():
@@ -50,34 +66,53 @@ class CpuCaps:
         self.prefix = prefix
         self.groups: list[Path] = []
 
+    def check(self) -> None:
+        """Make and remove one group: CpuCapError if this process may not."""
+        probe = self.root / f"{self.prefix}-{os.getpid()}-probe"
+        try:
+            probe.mkdir()
+            probe.rmdir()
+        except OSError as exc:
+            raise CpuCapError(f"cannot make a CPU group in {self.root} (root?): {exc}") from None
+
     def cap(self, pid: int, cores: float) -> Path:
         """Move ``pid`` (all its threads) into a new group allowed ``cores`` of CPU time."""
-        if not 0 < cores <= os.cpu_count():  # type: ignore[operator]
-            raise ValueError(f"cores: {cores}; between 0 and the machine's {os.cpu_count()}")
+        if not MIN_CORES <= cores <= machine_cores():
+            raise ValueError(
+                f"cores: {cores}; from {MIN_CORES} to this machine's {machine_cores()}"
+            )
         group = self.root / f"{self.prefix}-{os.getpid()}-{pid}"
         try:
             group.mkdir()
-            quota = max(1000, int(cores * PERIOD_US))
+        except OSError as exc:
+            raise CpuCapError(f"cannot make a CPU group in {self.root} (root?): {exc}") from None
+        self.groups.append(group)
+        quota = int(cores * PERIOD_US)
+        try:
             if self.version == 2:
                 (group / "cpu.max").write_text(f"{quota} {PERIOD_US}")
             else:
                 (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
                 (group / "cpu.cfs_quota_us").write_text(str(quota))
             (group / "cgroup.procs").write_text(str(pid))
-        except PermissionError as exc:
-            raise CpuCapError(f"cannot make a CPU group (root needed): {exc}") from None
-        self.groups.append(group)
+        except OSError as exc:
+            raise CpuCapError(f"cannot cap process {pid} in {group}: {exc}") from None
         return group
 
     def close(self) -> None:
-        """Every capped process back to the root group; the groups removed."""
+        """Every capped process still alive back to the root group; the groups removed (a
+        group that cannot be is named on stderr)."""
         for group in self.groups:
             with contextlib.suppress(OSError):
                 for pid in (group / "cgroup.procs").read_text().split():
                     with contextlib.suppress(OSError):
                         (self.root / "cgroup.procs").write_text(pid)
-            with contextlib.suppress(OSError):
+            try:
                 group.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                print(f"cpucap: {group} left behind: {exc}", file=sys.stderr)
         self.groups.clear()
 
     def __enter__(self) -> CpuCaps:

@@ -47,6 +47,8 @@ class Existing:
 
 @dataclass(frozen=True)
 class Conflict:
+    """A container on ``host`` that holds a planned name and that the stack does not own."""
+
     host: HostPlan
     container: Existing
 
@@ -77,6 +79,11 @@ def owned_ids(state: Mapping[str, Any]) -> set[str]:
     return {r["id"] for r in resources if r.get("type") == CONTAINER_TYPE and r.get("id")}
 
 
+def pending_operations(state: Mapping[str, Any]) -> int:
+    """How many operations an interrupted update left pending in the state."""
+    return len((state.get("deployment") or {}).get("pending_operations") or [])
+
+
 def conflicts(
     host: HostPlan, names: list[str], existing: list[Existing], owned: set[str]
 ) -> list[Conflict]:
@@ -85,7 +92,7 @@ def conflicts(
     return [Conflict(host, c) for c in existing if c.name in wanted and c.id not in owned]
 
 
-def list_containers(host: HostPlan, timeout: float = 60.0) -> list[Existing]:
+def list_containers(host: HostPlan, timeout: float = 20.0) -> list[Existing]:
     """Every container on the host's engine, running or not."""
     template = '{{.ID}}\t{{.Names}}\t{{.Label "' + STACK_LABEL + '"}}'
     result = subprocess.run(
@@ -94,17 +101,33 @@ def list_containers(host: HostPlan, timeout: float = 60.0) -> list[Existing]:
         capture_output=True,
         text=True,
         timeout=timeout,
-        check=True,
+        check=False,
     )
-    rows = (line.split("\t") for line in result.stdout.splitlines() if line.strip())
-    return [Existing(id=r[0], name=r[1], stack=r[2] if len(r) > 2 else "") for r in rows]
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines() or [f"exit status {result.returncode}"]
+        raise OSError(f"docker ps failed: {lines[-1]}")
+    return parse_listing(result.stdout)
+
+
+def parse_listing(text: str) -> list[Existing]:
+    """`docker ps` rows of ID, names and stack label, tab-separated. A container that legacy
+    links point to lists their aliases (`other/alias`) beside its own name."""
+    found = []
+    for line in text.splitlines():
+        cid, _, rest = line.partition("\t")
+        names, _, stack = rest.partition("\t")
+        for name in names.split(","):
+            if cid and name and "/" not in name:
+                found.append(Existing(id=cid, name=name, stack=stack))
+    return found
 
 
 def _base_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "DOCKER_CONTEXT")}
 
 
-def report(found: list[Conflict], stack: str) -> str:
+def report(found: list[Conflict], stack: str, pending: int = 0) -> str:
+    """What stands in the way and how to take it away, for the operator."""
     lines = [
         f"error: {len(found)} container(s) already hold names that stack '{stack}' gives its own "
         "containers, and its state does not own them (the stack deployed from another checkout, "
@@ -116,6 +139,11 @@ def report(found: list[Conflict], stack: str) -> str:
     for host in dict.fromkeys(c.host for c in found):
         names = [c.container.name for c in found if c.host == host]
         lines.append(f"  DOCKER_HOST={shlex.quote(host.endpoint)} docker rm -f {shlex.join(names)}")
+    if pending:
+        lines.append(
+            f"the state of '{stack}' holds {pending} pending operation(s) of an interrupted "
+            "update: containers it was creating may be among these (`pulumi refresh` shows them)"
+        )
     return "\n".join(lines)
 
 
@@ -133,7 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    owned = owned_ids(json.loads(args.state.read_text(encoding="utf-8") or "{}"))
+    try:
+        state = json.loads(args.state.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError) as exc:
+        print(f"error: --state {args.state}: not a stack export: {exc}", file=sys.stderr)
+        return 2
+    owned = owned_ids(state)
+    names = planned_names(plan)
     found: list[Conflict] = []
     for host in plan.hosts:
         try:
@@ -142,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             # pulumi up reports an unreachable engine in its own words; this check is a courtesy.
             print(f"preflight: host {host.name}: not checked ({exc})", file=sys.stderr)
             continue
-        found += conflicts(host, planned_names(plan)[host.name], existing, owned)
+        found += conflicts(host, names[host.name], existing, owned)
     if found:
-        print(report(found, args.stack), file=sys.stderr)
+        print(report(found, args.stack, pending_operations(state)), file=sys.stderr)
         return 1
     return 0
 

@@ -7,7 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 stack="${1:-demo}"
 . scripts/pulumi-env.sh
-if ! pulumi stack select "$stack" --non-interactive 2>/dev/null; then
+stacks="$(pulumi stack ls --json --non-interactive)"
+if ! STACKS="$stacks" .venv/bin/python -c '
+import json, os, sys
+sys.exit(sys.argv[1] not in [s["name"] for s in json.loads(os.environ["STACKS"])])' "$stack"; then
   echo "down.sh: no stack '$stack' in $PULUMI_BACKEND_URL: nothing to take down" >&2
   exit 0
 fi

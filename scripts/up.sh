@@ -16,7 +16,6 @@ say() { echo "up.sh: $*" >&2; }
 
 if [ "$stack" = demo ]; then
   bash .ci/docker-up.sh >/dev/null
-  bash .ci/build-images.sh --only base,vllm,paddlex
 fi
 if ! docker info >/dev/null 2>&1; then
   say "no Docker engine answers (docker info failed; is dockerd running, DOCKER_HOST set?)"
@@ -46,6 +45,9 @@ trap 'rm -f "$state"' EXIT
 pulumi stack export --stack "$stack" >"$state"
 .venv/bin/python -m components.preflight --stack "$stack" --state "$state"
 
+if [ "$stack" = demo ]; then
+  bash .ci/build-images.sh --only base,vllm,paddlex
+fi
 pulumi up --yes --non-interactive --stack "$stack"
 gateway="$(pulumi stack output --stack "$stack" gateway_url)"
 say "deployed stack '$stack' in $((SECONDS - started)) s"

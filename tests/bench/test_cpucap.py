@@ -48,3 +48,14 @@ def test_a_share_outside_the_machine_is_refused(cores):
     caps = _caps()
     with caps, pytest.raises(ValueError, match="cores"):
         caps.cap(1, cores)
+
+
+def test_a_process_that_is_gone_is_refused_and_its_group_removed():
+    caps = _caps()
+    caps.check()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with caps, pytest.raises(CpuCapError, match=str(gone.pid)):
+        caps.cap(gone.pid, 0.5)
+    root, _ = cgroup_root()
+    assert not list(root.glob("paddleocr-test-*"))

@@ -13,7 +13,17 @@ import stat
 import pytest
 
 from components.plan import build_plan
-from components.preflight import Existing, conflicts, main, owned_ids, planned_names, report
+from components.plan_cli import stack_config
+from components.preflight import (
+    Existing,
+    conflicts,
+    main,
+    owned_ids,
+    parse_listing,
+    pending_operations,
+    planned_names,
+    report,
+)
 from components.settings import load_settings
 
 DEMO = {"accelerator": "sim", "cards": "1"}
@@ -109,3 +119,61 @@ def test_main_reports_a_config_error_by_its_key(fake_docker, tmp_path, capsys):
     state.write_text("{}")
     assert main(["--stack", "demo", "--state", str(state)]) == 2
     assert "cards" in capsys.readouterr().err
+
+
+def test_the_listing_reads_every_name_of_a_row_and_skips_what_is_not_a_row():
+    listing = (
+        f"{'7' * 64}\tpaddle-9120-sim-0,web/db\tpaddleocr-fleet/demo\n"  # a legacy link's alias
+        f"{'8' * 64}\tplain\t\n"
+        "\n"
+        "garbage-without-tabs\n"
+    )
+    assert parse_listing(listing) == [
+        Existing("7" * 64, "paddle-9120-sim-0", "paddleocr-fleet/demo"),
+        Existing("8" * 64, "plain", ""),
+    ]
+
+
+def test_a_pending_update_is_named_beside_the_conflicts():
+    plan = build_plan(load_settings(DEMO))
+    found = conflicts(
+        plan.hosts[0],
+        planned_names(plan)["local"],
+        [Existing("9" * 64, "paddle-9120-sim-0", "paddleocr-fleet/demo")],
+        owned=set(),
+    )
+    state = {"deployment": {"pending_operations": [{"type": "creating"}]}}
+    assert pending_operations(state) == 1 and pending_operations({}) == 0
+    assert "1 pending operation(s) of an interrupted update" in report(found, "demo", 1)
+    assert "pending" not in report(found, "demo", 0)
+
+
+def test_a_secret_inside_a_host_keeps_the_host_and_its_shape(fake_docker, tmp_path, capsys):
+    (tmp_path / "Pulumi.demo.yaml").write_text(
+        "config:\n"
+        "  paddleocr-fleet:hosts:\n"
+        "    - name: npu-a\n"
+        "      endpoint: unix:///var/run/docker.sock\n"
+        "      accelerator: sim\n"
+        "      cardIds: [0]\n"
+        "      buildArgs:\n"
+        "        PIP_INDEX_URL:\n"
+        "          secure: v1:c2VjcmV0\n"
+    )
+    assert stack_config(tmp_path / "Pulumi.demo.yaml")["hosts"] == (
+        '[{"name": "npu-a", "endpoint": "unix:///var/run/docker.sock", "accelerator": "sim", '
+        '"cardIds": [0], '
+        '"buildArgs": {"PIP_INDEX_URL": "[secret]"}}]'
+    )
+    fake_docker.write_text(f"{'a' * 64}\tvllm-sim-paddleocr-9025-sim-0\t\n")
+    state = tmp_path / "state.json"
+    state.write_text("{}")
+    assert main(["--stack", "demo", "--state", str(state)]) == 1
+    assert "vllm-sim-paddleocr-9025-sim-0 on host npu-a" in capsys.readouterr().err
+
+
+def test_a_state_file_that_is_not_an_export_is_a_clear_error(fake_docker, tmp_path, capsys):
+    state = tmp_path / "state.json"
+    state.write_text("not json")
+    assert main(["--stack", "demo", "--state", str(state)]) == 2
+    assert "not a stack export" in capsys.readouterr().err
