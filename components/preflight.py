@@ -29,8 +29,8 @@ from typing import Any
 
 from components.containers import STACK_LABEL
 from components.plan import FleetPlan, HostPlan, build_plan
-from components.plan_cli import stack_config
 from components.settings import ConfigError, load_settings
+from components.stack_file import stack_config
 
 CONTAINER_TYPE = "docker:index/container:Container"
 

@@ -8,7 +8,7 @@ import pytest
 
 from components import haproxy, render
 from components.plan import build_plan
-from components.plan_cli import main as plan_main
+from components.plan.cli import main as plan_main
 from components.settings import ConfigError, load_settings
 from tests.pulumi_harness import COMMAND, CONTAINER, IMAGE, Recording, record_stack
 

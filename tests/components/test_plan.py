@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from components.plan import build_plan, slot_ports
-from components.plan_cli import main as plan_main
+from components.plan.cli import main as plan_main
 from components.settings import ConfigError, load_settings
 from tests.pulumi_harness import REPO
 

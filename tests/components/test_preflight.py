@@ -13,7 +13,6 @@ import stat
 import pytest
 
 from components.plan import build_plan
-from components.plan_cli import stack_config
 from components.preflight import (
     Existing,
     conflicts,
@@ -25,6 +24,7 @@ from components.preflight import (
     report,
 )
 from components.settings import load_settings
+from components.stack_file import stack_config
 
 DEMO = {"accelerator": "sim", "cards": "1"}
 

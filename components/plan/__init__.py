@@ -388,9 +388,3 @@ def _check_ports(plan: FleetPlan, settings: FleetSettings) -> None:
 
 def _host_key(single: bool, plan: FleetPlan, host: HostPlan, key: str) -> str:
     return key if single else f"hosts[{plan.hosts.index(host)}].{key}"
-
-
-if __name__ == "__main__":
-    from components.plan_cli import main
-
-    raise SystemExit(main())
