@@ -97,7 +97,7 @@ def list_containers(host: HostPlan, timeout: float = 20.0) -> list[Existing]:
     template = '{{.ID}}\t{{.Names}}\t{{.Label "' + STACK_LABEL + '"}}'
     result = subprocess.run(
         ["docker", "ps", "-a", "--no-trunc", "--format", template],
-        env={**_base_env(), **host.docker_env},
+        env={**os.environ, **host.docker_env},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -120,10 +120,6 @@ def parse_listing(text: str) -> list[Existing]:
             if cid and name and "/" not in name:
                 found.append(Existing(id=cid, name=name, stack=stack))
     return found
-
-
-def _base_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "DOCKER_CONTEXT")}
 
 
 def report(found: list[Conflict], stack: str, pending: int = 0) -> str:

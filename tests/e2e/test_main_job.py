@@ -43,8 +43,12 @@ def _docker(*args: str, stdin: bytes | None = None) -> str:
     return done.stdout.decode()
 
 
+def _demo_containers() -> list[str]:
+    return _docker("ps", "-aq", "--filter", f"label={DEMO_LABEL}").split()
+
+
 def _remove_demo_containers() -> None:
-    ids = _docker("ps", "-aq", "--filter", f"label={DEMO_LABEL}").split()
+    ids = _demo_containers()
     if ids:
         _docker("rm", "-f", *ids)
 
@@ -100,7 +104,7 @@ def test_the_main_job_deploys_the_demo_serves_a_document_and_a_second_run_change
 
         down = _run(checkout, env, timeout=900, script="down.sh")
         assert down.returncode == 0, down.stdout[-4000:] + down.stderr[-4000:]
-        assert _docker("ps", "-aq", "--filter", f"label={DEMO_LABEL}").split() == []
+        assert _demo_containers() == []
     finally:
         subprocess.run(["docker", "rm", "-f", DEMO_VLLM_NAME], capture_output=True, check=False)
         subprocess.run(["docker", "rmi", BLOCKER_IMAGE], capture_output=True, check=False)
