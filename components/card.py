@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_command as command
 
 from components.paddlex import PaddlexServer, PaddlexServerArgs
 from components.plan import CardPlan
@@ -19,16 +20,28 @@ class NpuCardArgs:
     vllm_image: pulumi.Input[str]
     paddlex_image: pulumi.Input[str]
     provider: pulumi.ProviderResource | None = None
+    drain: str = "true"
+    """Shell command that takes the card's PaddleX instances out of service at the gateways and
+    waits for their work in flight (`components.rollout.drain_command`)."""
+    undrain: str = "true"
+    """Shell command that takes them back in."""
+    after: pulumi.Input[list[pulumi.Resource]] | None = None
+    """The cards of the rollout's previous wave (their `in_service` steps): this card's
+    containers are replaced only after those are back in service."""
 
 
 class NpuCard(pulumi.ComponentResource):
     """A card (an Ascend NPU by default; a GPU or a simulated card by the host's kind).
 
-    Its PaddleX servers start only after the vLLM their pipeline config names is ready.
+    Its PaddleX servers start only after the vLLM their pipeline config names is ready. Its
+    `in_service` step drains the card at the gateways before any of its containers is deleted
+    (its `delete`; Pulumi deletes it first, as it depends on them all) and takes it back in once
+    every server is ready (its `create`).
     """
 
     vllm: list[VllmServer]
     paddlex: list[PaddlexServer]
+    in_service: command.local.Command
 
     def __init__(self, name: str, args: NpuCardArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("paddleocr-fleet:fleet:NpuCard", name, {}, opts)
@@ -36,7 +49,7 @@ class NpuCard(pulumi.ComponentResource):
         for vllm in args.card.vllm:
             server = VllmServer(
                 f"{name}-vllm-{vllm.index}",
-                VllmServerArgs(args.settings, vllm, args.vllm_image, args.provider),
+                VllmServerArgs(args.settings, vllm, args.vllm_image, args.provider, args.after),
                 _slot_opts(self, f"{name}-vllm-{vllm.port}"),
             )
             self.vllm.append(server)
@@ -45,11 +58,29 @@ class NpuCard(pulumi.ComponentResource):
                     PaddlexServer(
                         f"{name}-paddlex-{paddlex.index}",
                         PaddlexServerArgs(
-                            args.settings, paddlex, args.paddlex_image, server, args.provider
+                            args.settings,
+                            paddlex,
+                            args.paddlex_image,
+                            server,
+                            args.provider,
+                            args.after,
                         ),
                         _slot_opts(self, f"{name}-paddlex-{paddlex.port}"),
                     )
                 )
+        servers = [*self.vllm, *self.paddlex]
+        self.in_service = command.local.Command(
+            f"{name}-in-service",
+            create=args.undrain,
+            delete=args.drain,
+            # A changed drain or undrain alone runs `create` again in place: an idempotent undrain.
+            triggers=[s.container.id for s in servers],
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[s.ready for s in servers],
+                delete_before_replace=True,
+            ),
+        )
         self.register_outputs(
             {
                 "vllm_urls": [s.url for s in self.vllm],

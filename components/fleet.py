@@ -9,7 +9,7 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
-from components import render
+from components import render, rollout
 from components.access import check_access
 from components.balancer import Balancer, BalancerArgs
 from components.card import NpuCard, NpuCardArgs
@@ -51,28 +51,39 @@ class Fleet:
     def __init__(self, settings: FleetSettings, plan: FleetPlan):
         self.settings, self.plan = settings, plan
         self.providers = {host.name: _provider(host) for host in plan.hosts}
-        guard = port_guard(plan)
+        previous = previous_topology()
+        guard = port_guard(plan, previous)
+        ran_before = previous.apply(rollout.cards_in_topology)
         self.images = {
             host.name: HostImages(settings, host, self.providers[host.name], guard)
             for host in plan.hosts
             if plan.cards_of(host.name)
         }
         self.cards: list[NpuCard] = []
+        by_key: dict[rollout.CardKey, NpuCard] = {}
         for card in plan.cards:
             images = self.images[card.host.name]
-            self.cards.append(
-                NpuCard(
-                    f"{card.host.name}-card-{card.card}",
-                    NpuCardArgs(
-                        settings,
-                        card,
-                        vllm_image=images.vllm.image_id,
-                        paddlex_image=images.paddlex.image_id,
-                        provider=self.providers[card.host.name],
-                    ),
-                    _former_names(card.host, f"-card-{card.card}"),
-                )
+            key = (card.host.name, card.card)
+
+            def after(ran: set[rollout.CardKey], key: rollout.CardKey = key) -> list[Any]:
+                waits = rollout.card_waits(plan, ran, settings.max_unavailable_cards)
+                return [by_key[k].in_service for k in waits[key]]
+
+            by_key[key] = NpuCard(
+                f"{card.host.name}-card-{card.card}",
+                NpuCardArgs(
+                    settings,
+                    card,
+                    vllm_image=images.vllm.image_id,
+                    paddlex_image=images.paddlex.image_id,
+                    provider=self.providers[card.host.name],
+                    drain=rollout.drain_command(plan, card, settings.drain_timeout),
+                    undrain=rollout.undrain_command(plan, card),
+                    after=ran_before.apply(after),
+                ),
+                _former_names(card.host, f"-card-{card.card}"),
             )
+            self.cards.append(by_key[key])
         servers = [server for card in self.cards for server in card.paddlex]
         upstreams = {
             instance: server.url.apply(lambda _, p=instance: render.gateway_upstream(p))
@@ -166,12 +177,18 @@ class HostImages:
         )
 
 
-def port_guard(plan: FleetPlan) -> pulumi.Output[str]:
+def previous_topology() -> pulumi.Output[Any]:
+    """This stack's own `topology` output as its last update left it (None on a new stack):
+    what runs now, before this update changes it."""
+    stack = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+    previous = pulumi.StackReference(f"{pulumi.get_stack()}-previous", stack_name=stack)
+    return previous.get_output("topology")
+
+
+def port_guard(plan: FleetPlan, previous: pulumi.Output[Any]) -> pulumi.Output[str]:
     """Resolves once the plan is known not to move a server onto a port another running server
     holds (read from this stack's own last `topology` output); fails the update otherwise. Every
     image, and so every container, waits for it: a refused plan changes nothing."""
-    stack = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
-    previous = pulumi.StackReference(f"{pulumi.get_stack()}-previous", stack_name=stack)
 
     def check(topology: Any) -> str:
         clashes = port_clashes(topology_ports(topology or {}), plan)
@@ -186,7 +203,7 @@ def port_guard(plan: FleetPlan) -> pulumi.Output[str]:
             )
         return ""
 
-    return previous.get_output("topology").apply(check)
+    return previous.apply(check)
 
 
 def _provider(host: HostPlan) -> docker.Provider:

@@ -24,6 +24,9 @@ class PaddlexServerArgs:
     """The vLLM the pipeline config names: the service starts once it is ready, and again
     whenever its container is replaced."""
     provider: pulumi.ProviderResource | None = None
+    after: pulumi.Input[list[pulumi.Resource]] | None = None
+    """What the container waits for before it is created or replaced (the rollout's wave
+    before this card's)."""
 
 
 class PaddlexServer(pulumi.ComponentResource):
@@ -48,7 +51,7 @@ class PaddlexServer(pulumi.ComponentResource):
             network_mode="host",
             restart="unless-stopped",
             entrypoints=render.paddlex_idle_argv(paddlex),
-            envs=containers.envs(render.paddlex_env(paddlex)),
+            envs=containers.envs(render.paddlex_env(settings, paddlex)),
             uploads=[
                 docker.ContainerUploadArgs(
                     file=paddlex.pipeline_config_path,
@@ -60,7 +63,7 @@ class PaddlexServer(pulumi.ComponentResource):
                 settings, paddlex.host, paddlex.card, kind.paddlex_mounts, kind.paddlex_shm_mb
             ),
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            opts=containers.child_opts(self, args.provider),
+            opts=containers.child_opts(self, args.provider, depends_on=args.after),
         )
         start = render.paddlex_start_command(settings, paddlex)
         stop = render.paddlex_stop_command(paddlex)

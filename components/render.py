@@ -73,13 +73,24 @@ def vllm_argv(settings: FleetSettings, vllm: VllmInstance) -> list[str]:
     ]
 
 
-def vllm_env(vllm: VllmInstance) -> dict[str, str]:
+SIM_LOAD_ENV = {"vllm": "VLLM_SIM_LOAD_SECONDS", "paddlex": "PADDLEX_SIM_LOAD_SECONDS"}
+"""What the sim images read as their load time (sim/vllm/server.py, sim/paddlex/cli.py)."""
+
+
+def vllm_env(settings: FleetSettings, vllm: VllmInstance) -> dict[str, str]:
     kind = vllm.host.kind
-    return dict(kind.vllm_env + kind.card_env(vllm.card))
+    env = dict(kind.vllm_env + kind.card_env(vllm.card))
+    if kind.name == "sim" and settings.sim_vllm_load_seconds is not None:
+        env[SIM_LOAD_ENV["vllm"]] = f"{settings.sim_vllm_load_seconds:g}"
+    return env
 
 
-def paddlex_env(paddlex: PaddlexInstance) -> dict[str, str]:
-    return dict(paddlex.host.kind.card_env(paddlex.card))
+def paddlex_env(settings: FleetSettings, paddlex: PaddlexInstance) -> dict[str, str]:
+    kind = paddlex.host.kind
+    env = dict(kind.card_env(paddlex.card))
+    if kind.name == "sim" and settings.sim_paddlex_load_seconds is not None:
+        env[SIM_LOAD_ENV["paddlex"]] = f"{settings.sim_paddlex_load_seconds:g}"
+    return env
 
 
 def pipeline_config(settings: FleetSettings, paddlex: PaddlexInstance) -> dict[str, Any]:

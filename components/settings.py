@@ -28,7 +28,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 
 AcceleratorName = Literal["ascend", "nvidia", "sim"]
 GatewayLayout = Literal["single", "per-host"]
@@ -177,6 +177,36 @@ class FleetSettings(_Model):
     vllm_ready_timeout: int = Field(default=900, gt=0, description="seconds")
     paddlex_ready_timeout: int = Field(default=600, gt=0, description="seconds")
     ready_poll_interval: int = Field(default=2, gt=0, description="seconds")
+
+    max_unavailable_cards: float = Field(
+        default=1,
+        gt=0,
+        description="how many cards of a host a replacing update takes out of service at once: "
+        "a count, or a fraction of the host's cards (0.25: a quarter, at least one)",
+    )
+    drain_timeout: int = Field(
+        default=900,
+        gt=0,
+        description="seconds a card's in-flight documents get to finish before its containers "
+        "are replaced (a long PDF takes minutes)",
+    )
+    sim_vllm_load_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="sim hosts only: how long each simulated vLLM takes to load its model",
+    )
+    sim_paddlex_load_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="sim hosts only: how long each simulated PaddleX takes to start",
+    )
+
+    @field_validator("max_unavailable_cards")
+    @classmethod
+    def _count_or_fraction(cls, value: float) -> float:
+        if value >= 1 and value != int(value):
+            raise ValueError("must be a whole number of cards (>= 1) or a fraction below 1")
+        return value
 
     gateway_port: int = Field(default=9101, ge=1, le=65535)
     gateway_host: str | None = None
@@ -445,6 +475,11 @@ def _check_cross_field(settings: FleetSettings) -> None:
             f"config key 'gatewayHost': no host named {settings.gateway_host!r} (hosts: {names})"
         )
     _check_layout(settings, names)
+    for key in ("simVllmLoadSeconds", "simPaddlexLoadSeconds"):
+        if getattr(settings, to_snake(key)) is not None and not any(
+            h.accelerator == "sim" for h in settings.hosts
+        ):
+            raise ConfigError(f"config key '{key}': applies only to hosts of accelerator 'sim'")
     for index, host in enumerate(settings.hosts):
         if host.port_first_card is not None and host.port_first_card not in host.card_ids:
             key = "portFirstCard" if len(settings.hosts) == 1 else f"hosts[{index}].portFirstCard"

@@ -19,6 +19,9 @@ class VllmServerArgs:
     instance: VllmInstance
     image: pulumi.Input[str]
     provider: pulumi.ProviderResource | None = None
+    after: pulumi.Input[list[pulumi.Resource]] | None = None
+    """What the container waits for before it is created or replaced (the rollout's wave
+    before this card's)."""
 
 
 class VllmServer(pulumi.ComponentResource):
@@ -44,13 +47,13 @@ class VllmServer(pulumi.ComponentResource):
             restart="unless-stopped",
             entrypoints=argv[:1],
             command=argv[1:],
-            envs=containers.envs(render.vllm_env(vllm)),
+            envs=containers.envs(render.vllm_env(settings, vllm)),
             labels=containers.labels("vllm", vllm.host, vllm.card, vllm.port),
             **containers.accelerator_args(
                 settings, vllm.host, vllm.card, kind.vllm_mounts, kind.vllm_shm_mb
             ),
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            opts=containers.child_opts(self, args.provider),
+            opts=containers.child_opts(self, args.provider, depends_on=args.after),
         )
         self.ready = command.local.Command(
             f"{name}-ready",

@@ -283,12 +283,15 @@ def test_single_to_per_host_keeps_every_resource_and_reloads_the_first_gateway_i
     assert set(single) <= set(after)
     changed = sorted(r.name for urn, r in single.items() if r.inputs != after[urn].inputs)
     # The gateway and its keeper keep their containers (their uploads are ignored): their new
-    # configs (host b's instances left out) are installed.
+    # configs (host b's instances left out) are installed. Host b's cards now drain at host b's
+    # own gateway: their in-service steps are updated in place (an undrain), not replaced.
     assert changed == [
         "npu-a-gateway",
         "npu-a-gateway-config",
         "npu-a-gateway-keeper",
         "npu-a-gateway-keeper-config",
+        "npu-b-card-0-in-service",
+        "npu-b-card-1-in-service",
     ]
     added = {after[urn].name for urn in set(after) - set(single) if after[urn].custom}
     assert added == {

@@ -50,8 +50,8 @@ def test_vllm_launch_has_the_seeds_flags(seed):
 
 
 def test_vllm_env_carries_the_seeds_exports_and_the_card(seed):
-    _, plan = seed
-    env = render.vllm_env(plan.card("local", 5).vllm[0])
+    settings, plan = seed
+    env = render.vllm_env(settings, plan.card("local", 5).vllm[0])
     assert env == {
         "TASK_QUEUE_ENABLE": "1",
         "CPU_AFFINITY_CONF": "1",

@@ -41,8 +41,8 @@ def test_resource_counts(cards, vllm, paddlex):
     assert len(_containers(recording, "gateway")) == 1
     assert len(_containers(recording, "keeper")) == 1
     # vLLM: readiness; PaddleX: start + readiness; gateway: image cleanup, config, readiness;
-    # its keeper: config, readiness.
-    assert len(recording.of_type(COMMAND)) == vllm + 2 * paddlex + 5
+    # its keeper: config, readiness; each card: its in-service step (drain, undrain).
+    assert len(recording.of_type(COMMAND)) == vllm + 2 * paddlex + 5 + cards
     assert len(recording.of_type(IMAGE)) == 1
     assert len(recording.of_type(REMOTE_IMAGE)) == 2  # the vLLM and the PaddleX image
     assert len(recording.of_type(PROVIDER)) == 1
@@ -228,8 +228,9 @@ def test_growing_six_to_eight_cards_changes_no_existing_vllm_or_paddlex_resource
         "local-gateway-keeper",
         "local-gateway-keeper-config",
     ]
-    # Per card: the card, 2 vLLM and 6 PaddleX components, their 8 containers, 2 + 12 commands.
-    assert len(after) - len(before) == 2 * (1 + 2 + 6 + 8 + 2 + 12)
+    # Per card: the card, 2 vLLM and 6 PaddleX components, their 8 containers, 2 + 12 commands
+    # and its in-service step.
+    assert len(after) - len(before) == 2 * (1 + 2 + 6 + 8 + 2 + 12 + 1)
 
 
 @pytest.mark.parametrize(
@@ -320,6 +321,11 @@ def test_two_hosts_of_different_kinds_each_on_its_own_provider():
     assert recording.named("gpu-b-vllm-image").inputs["name"].startswith("vllm/vllm-openai:")
     assert gpu_vllm.inputs["image"] == "sha256:gpu-b-vllm-image"
     for command in recording.of_type(COMMAND):
+        if command.name.endswith("-in-service"):
+            # A card's drain talks to the gateway, on the gateway's host (npu-a).
+            for script in (command.inputs["create"], command.inputs["delete"]):
+                assert f"export DOCKER_HOST={TWO_HOSTS_ENDPOINTS['npu-a']};" in script
+            continue
         host = "npu-a" if command.name.startswith("npu-a") else "gpu-b"
         expected = TWO_HOSTS_ENDPOINTS[host]
         assert command.inputs["environment"] == {"DOCKER_HOST": expected}

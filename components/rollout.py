@@ -1,0 +1,182 @@
+"""Rolling replacement: which cards wait for which, and the drain that guards each card.
+
+Pulumi replaces every changed container at once. To keep the fleet serving, each card that
+already ran before this update waits for the cards of the wave before it on its host (a
+`depends_on` on their `in service` step), so at most `maxUnavailableCards` cards of a host are
+out at a time. Cards new to the stack wait for nothing: a new stack and a growth start in
+parallel. Whether a card ran before is read from the stack's own last `topology` output.
+
+Each card has an `in service` command: its `delete` drains the card's PaddleX instances at the
+gateways (no new work, in-flight work finishes, bounded by `drainTimeout`) before anything of the
+card is deleted; its `create` takes them back in once every server of the card is ready. Its
+triggers are the card's container ids, so Pulumi replaces it, delete first, with any container of
+the card.
+
+    >>> from components.settings import load_settings
+    >>> from components.plan import build_plan
+    >>> plan = build_plan(load_settings({"cards": "4", "accelerator": "sim"}))
+    >>> ran = {("local", 0), ("local", 1), ("local", 2)}
+    >>> waits = card_waits(plan, ran, 1)
+    >>> waits[("local", 1)], waits[("local", 2)], waits[("local", 3)]
+    ([('local', 0)], [('local', 1)], [])
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from components.plan import CardPlan, FleetPlan, GatewayPlan
+
+CardKey = tuple[str, int]
+"""(host name, card id)."""
+
+DRAIN_TTL_FACTOR = 2
+"""A drain ends by itself after this many drain timeouts: a rollout killed between the drain and
+the undrain never leaves a card out of service for good."""
+
+GATEWAY_TOKEN_FILE = "/run/paddleocr-fleet/admin.token"
+"""The gateway's local admin token (written at its start, inside its container): whoever may
+`docker exec` into the gateway may drain its instances, and no credential travels in the
+stack's state or the command line."""
+
+
+def wave_width(max_unavailable: float, cards_on_host: int) -> int:
+    """How many cards of a host may be out at once: a count (>= 1), or a fraction of the
+    host's cards rounded down, at least 1."""
+    if max_unavailable >= 1:
+        return int(max_unavailable)
+    return max(1, math.floor(max_unavailable * cards_on_host))
+
+
+def card_waits(
+    plan: FleetPlan, ran_before: Iterable[CardKey], max_unavailable: float
+) -> dict[CardKey, list[CardKey]]:
+    """For each card, the cards whose `in service` step it waits for before it is touched.
+
+    The cards that ran before are put in waves per host, in plan order, `wave_width` cards a
+    wave; a card of wave n waits for every card of wave n - 1. Cards new to the stack wait for
+    nothing.
+    """
+    ran = set(ran_before)
+    waits: dict[CardKey, list[CardKey]] = {_key(card): [] for card in plan.cards}
+    for host in plan.hosts:
+        cards = [_key(c) for c in plan.cards_of(host.name) if _key(c) in ran]
+        width = wave_width(max_unavailable, len(plan.cards_of(host.name)))
+        for position, key in enumerate(cards):
+            wave = position // width
+            if wave > 0:
+                waits[key] = cards[(wave - 1) * width : wave * width]
+    return waits
+
+
+def waves(plan: FleetPlan, ran_before: Iterable[CardKey], max_unavailable: float) -> list[str]:
+    """The rollout order in words, one line per host and wave (for `python -m components.plan`
+    and the docs): which cards a replacing update takes out together."""
+    ran = set(ran_before)
+    lines = []
+    for host in plan.hosts:
+        cards = [c.card for c in plan.cards_of(host.name) if _key(c) in ran]
+        new = [c.card for c in plan.cards_of(host.name) if _key(c) not in ran]
+        width = wave_width(max_unavailable, len(plan.cards_of(host.name)))
+        for start in range(0, len(cards), width):
+            lines.append(
+                f"host {host.name} wave {start // width + 1}: cards {cards[start : start + width]}"
+            )
+        if new:
+            lines.append(f"host {host.name} new cards, in parallel: {new}")
+    return lines
+
+
+def cards_in_topology(topology: Mapping[str, Any] | None) -> set[CardKey]:
+    """The cards of an earlier `topology` stack output (card ids may come back as floats)."""
+    found: set[CardKey] = set()
+    for host in (topology or {}).get("hosts", []):
+        for card in host.get("cards", []):
+            found.add((host["name"], int(card["card"])))
+    return found
+
+
+def gateways_of(plan: FleetPlan, card: CardPlan) -> list[GatewayPlan]:
+    """The gateways that dispatch to the card's PaddleX instances."""
+    return [g for g in plan.gateways if g.owns in (None, card.host.name)]
+
+
+CALL = r"""
+import json, sys, urllib.error, urllib.request
+action, port, body = sys.argv[1], sys.argv[2], sys.argv[3]
+headers = {"content-type": "application/json"}
+try:
+    with open(sys.argv[4]) as f:
+        headers["authorization"] = "Bearer " + f.read().strip()
+except OSError:
+    pass
+request = urllib.request.Request(
+    f"http://127.0.0.1:{port}/admin/{action}", body.encode(), headers, method="POST")
+wait = json.loads(body).get("wait_s", 0)
+try:
+    with urllib.request.urlopen(request, timeout=wait + 30) as answer:
+        print(action, answer.read().decode()[:2000])
+except urllib.error.HTTPError as e:
+    print(action, "not done: the gateway answered", e.code, e.read().decode()[:500],
+          file=sys.stderr)
+except OSError as e:
+    print(action, "skipped: the gateway does not answer:", e, file=sys.stderr)
+"""
+"""Runs inside the gateway container (host network): POST /admin/{action} on its loopback with
+its local admin token. Never fails the update: a gateway that does not answer (not started yet,
+already gone) has nothing to drain, and one that refuses (a gateway older than the drain routes,
+an upstream it does not know yet) is said on stderr, where `pulumi up` shows it; a card that
+could not be drained still fails over at the gateway, it only loses its in-flight requests."""
+
+
+def gateway_call(gateway: GatewayPlan, action: str, body: Mapping[str, Any]) -> str:
+    """A shell command that calls the gateway's admin `action` through `docker exec` on the
+    gateway's host; a missing or stopped gateway container is skipped with a note."""
+    name = shlex.quote(gateway.container_name)
+    call = shlex.join(
+        [
+            "docker",
+            "exec",
+            gateway.container_name,
+            "python3",
+            "-c",
+            CALL,
+            action,
+            str(gateway.port),
+            json.dumps(dict(body), sort_keys=True),
+            GATEWAY_TOKEN_FILE,
+        ]
+    )
+    running = f"docker inspect -f '{{{{.State.Running}}}}' {name} 2>/dev/null"
+    endpoint = shlex.quote(gateway.host.endpoint)
+    return (
+        f"( export DOCKER_HOST={endpoint}; "
+        f'if [ "$({running})" = "true" ]; then {call}; '
+        f"else echo {shlex.quote(f'{action} skipped: {gateway.container_name} is not running')}"
+        " >&2; fi )"
+    )
+
+
+def drain_command(plan: FleetPlan, card: CardPlan, drain_timeout_s: int) -> str:
+    """Takes the card's PaddleX instances out of service at every gateway that uses them and
+    waits (up to `drain_timeout_s`) for their in-flight work to finish."""
+    body = {
+        "upstreams": [p.url for p in card.paddlex],
+        "wait_s": drain_timeout_s,
+        "ttl_s": drain_timeout_s * DRAIN_TTL_FACTOR,
+    }
+    return " && ".join(gateway_call(g, "drain", body) for g in gateways_of(plan, card))
+
+
+def undrain_command(plan: FleetPlan, card: CardPlan) -> str:
+    """Takes the card's PaddleX instances back into service at every gateway that uses them."""
+    body = {"upstreams": [p.url for p in card.paddlex]}
+    return " && ".join(gateway_call(g, "undrain", body) for g in gateways_of(plan, card))
+
+
+def _key(card: CardPlan) -> CardKey:
+    return (card.host.name, card.card)
