@@ -59,6 +59,7 @@ class Fleet:
             for host in plan.hosts
             if plan.cards_of(host.name)
         }
+        token_file = render.gateway_settings(settings).auth.local_token_file
         self.cards: list[NpuCard] = []
         by_key: dict[rollout.CardKey, NpuCard] = {}
         for card in plan.cards:
@@ -77,8 +78,8 @@ class Fleet:
                     vllm_image=images.vllm.image_id,
                     paddlex_image=images.paddlex.image_id,
                     provider=self.providers[card.host.name],
-                    drain=rollout.drain_command(plan, card, settings.drain_timeout),
-                    undrain=rollout.undrain_command(plan, card),
+                    drain=rollout.drain_command(plan, card, settings.drain_timeout, token_file),
+                    undrain=rollout.undrain_command(plan, card, token_file),
                     after=ran_before.apply(after),
                 ),
                 _former_names(card.host, f"-card-{card.card}"),

@@ -38,11 +38,6 @@ DRAIN_TTL_FACTOR = 2
 """A drain ends by itself after this many drain timeouts: a rollout killed between the drain and
 the undrain never leaves a card out of service for good."""
 
-GATEWAY_TOKEN_FILE = "/run/paddleocr-fleet/admin.token"
-"""The gateway's local admin token (written at its start, inside its container): whoever may
-`docker exec` into the gateway may drain its instances, and no credential travels in the
-stack's state or the command line."""
-
 
 def wave_width(max_unavailable: float, cards_on_host: int) -> int:
     """How many cards of a host may be out at once: a count (>= 1), or a fraction of the
@@ -133,9 +128,13 @@ an upstream it does not know yet) is said on stderr, where `pulumi up` shows it;
 could not be drained still fails over at the gateway, it only loses its in-flight requests."""
 
 
-def gateway_call(gateway: GatewayPlan, action: str, body: Mapping[str, Any]) -> str:
+def gateway_call(
+    gateway: GatewayPlan, action: str, body: Mapping[str, Any], token_file: str | None
+) -> str:
     """A shell command that calls the gateway's admin `action` through `docker exec` on the
-    gateway's host; a missing or stopped gateway container is skipped with a note."""
+    gateway's host, with the gateway's local admin token (`auth.local_token_file`, kept inside
+    its container: gateway/local_token.py); a missing or stopped gateway is skipped with a
+    note."""
     name = shlex.quote(gateway.container_name)
     call = shlex.join(
         [
@@ -148,7 +147,7 @@ def gateway_call(gateway: GatewayPlan, action: str, body: Mapping[str, Any]) -> 
             action,
             str(gateway.port),
             json.dumps(dict(body), sort_keys=True),
-            GATEWAY_TOKEN_FILE,
+            token_file or "",
         ]
     )
     running = f"docker inspect -f '{{{{.State.Running}}}}' {name} 2>/dev/null"
@@ -161,7 +160,9 @@ def gateway_call(gateway: GatewayPlan, action: str, body: Mapping[str, Any]) -> 
     )
 
 
-def drain_command(plan: FleetPlan, card: CardPlan, drain_timeout_s: int) -> str:
+def drain_command(
+    plan: FleetPlan, card: CardPlan, drain_timeout_s: int, token_file: str | None
+) -> str:
     """Takes the card's PaddleX instances out of service at every gateway that uses them and
     waits (up to `drain_timeout_s`) for their in-flight work to finish."""
     body = {
@@ -169,13 +170,15 @@ def drain_command(plan: FleetPlan, card: CardPlan, drain_timeout_s: int) -> str:
         "wait_s": drain_timeout_s,
         "ttl_s": drain_timeout_s * DRAIN_TTL_FACTOR,
     }
-    return " && ".join(gateway_call(g, "drain", body) for g in gateways_of(plan, card))
+    calls = (gateway_call(g, "drain", body, token_file) for g in gateways_of(plan, card))
+    return " && ".join(calls)
 
 
-def undrain_command(plan: FleetPlan, card: CardPlan) -> str:
+def undrain_command(plan: FleetPlan, card: CardPlan, token_file: str | None) -> str:
     """Takes the card's PaddleX instances back into service at every gateway that uses them."""
     body = {"upstreams": [p.url for p in card.paddlex]}
-    return " && ".join(gateway_call(g, "undrain", body) for g in gateways_of(plan, card))
+    calls = (gateway_call(g, "undrain", body, token_file) for g in gateways_of(plan, card))
+    return " && ".join(calls)
 
 
 def _key(card: CardPlan) -> CardKey:

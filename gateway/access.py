@@ -36,6 +36,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Request, Security
@@ -43,6 +44,7 @@ from fastapi.security import HTTPBearer
 
 from gateway.attempts import GatewayError
 from gateway.errors import ANONYMOUS, request_context
+from gateway.local_token import LOCAL_PRINCIPAL, local_token_digest
 from gateway.occupancy import SlotsExhausted
 from gateway.settings import AuthSettings, TokenSpec
 
@@ -128,6 +130,9 @@ class Access:
         entries += [
             (bytes.fromhex(s.sha256), Principal(s.name, True, s)) for s in auth.admin_tokens
         ]
+        if auth.enabled and auth.local_token_file:
+            digest = local_token_digest(Path(auth.local_token_file))
+            entries.append((digest, Principal(LOCAL_PRINCIPAL, True)))
         self._entries = tuple(entries)
         self.enabled = auth.enabled
         names = {principal.name for _, principal in entries}

@@ -206,6 +206,9 @@ class AuthSettings(_Section):
 
     tokens: list[TokenSpec] = Field(default_factory=list)  # document routes
     admin_tokens: list[TokenSpec] = Field(default_factory=list)  # also /upstreams, /metrics
+    local_token_file: str | None = None
+    """A root-only file in the gateway's container holding a token of its own, accepted as an
+    admin token (gateway.local_token): the stack drains through `docker exec` with it."""
 
     @model_validator(mode="after")
     def _unique(self) -> AuthSettings:

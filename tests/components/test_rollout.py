@@ -76,18 +76,20 @@ def test_the_previous_topology_names_the_cards_that_ran():
 def test_drain_asks_every_gateway_of_the_card_with_the_timeout_and_a_ttl():
     settings, plan = _plan({**SIM4, "drainTimeout": "120"})
     card = plan.card("local", 1)
-    command = rollout.drain_command(plan, card, settings.drain_timeout)
+    token_file = render.gateway_settings(settings).auth.local_token_file
+    assert token_file == "/run/paddleocr-fleet/admin.token"
+    command = rollout.drain_command(plan, card, settings.drain_timeout, token_file)
     words = shlex.split(command.split("then ", 1)[1].split("; else", 1)[0])
     assert words[:3] == ["docker", "exec", plan.gateway.container_name]
     action, port, body, token = words[-4:]
-    assert (action, port, token) == ("drain", "9101", rollout.GATEWAY_TOKEN_FILE)
+    assert (action, port, token) == ("drain", "9101", token_file)
     assert json.loads(body) == {
         "upstreams": [p.url for p in card.paddlex],
         "wait_s": 120,
         "ttl_s": 240,
     }
     assert "DOCKER_HOST=unix:///var/run/docker.sock" in command
-    assert "undrain" in rollout.undrain_command(plan, card)
+    assert "undrain" in rollout.undrain_command(plan, card, token_file)
 
 
 def test_the_stack_chains_the_cards_that_ran_and_drains_each_before_deleting_it():
@@ -107,10 +109,12 @@ def test_the_stack_chains_the_cards_that_ran_and_drains_each_before_deleting_it(
             assert waits == ({card - 1} if card in (1, 2) else set()), container.name
     step = in_service[2]
     assert step.delete_before_replace
+    token_file = render.gateway_settings(settings).auth.local_token_file
+    card = plan.card("local", 2)
     assert step.inputs["delete"] == rollout.drain_command(
-        plan, plan.card("local", 2), settings.drain_timeout
+        plan, card, settings.drain_timeout, token_file
     )
-    assert step.inputs["create"] == rollout.undrain_command(plan, plan.card("local", 2))
+    assert step.inputs["create"] == rollout.undrain_command(plan, card, token_file)
     assert sorted(step.inputs["triggers"]) == sorted(
         f"{r.name}-id" for r in recording.of_type(CONTAINER) if r.name.startswith("local-card-2-")
     )

@@ -256,3 +256,23 @@ def test_tokens_reload_in_place(fleet, start_gateway, tmp_path):
         )
     )
     assert gw.client.get("/metrics", headers=bearer("ops")).status_code == 200
+
+
+def test_the_local_token_file_is_an_admin_token_only_its_container_can_read(
+    fleet, start_gateway, tmp_path
+):
+    token_file = tmp_path / "run" / "admin.token"
+    auth = {**auth_config(), "local_token_file": str(token_file)}
+    gw = start_gateway(gateway_config(fleet.urls, auth=auth))
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    local = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+    assert httpx.get(f"{gw.url}/upstreams", headers=local).status_code == 200
+    assert httpx.get(f"{gw.url}/upstreams", headers=bearer("team-a")).status_code == 403
+    # A gateway started again beside the same file keeps the token that is there.
+    before = token_file.read_text()
+    Access(AuthSettings.model_validate(auth))
+    assert token_file.read_text() == before
+    # An open gateway needs no token and writes none.
+    open_file = tmp_path / "open" / "admin.token"
+    Access(AuthSettings.model_validate({"local_token_file": str(open_file)}))
+    assert not open_file.exists()
