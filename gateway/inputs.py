@@ -27,6 +27,7 @@ from typing import Any
 
 import pybase64
 
+from gateway.decodable import jpeg_damage, png_damage
 from gateway.jsonfast import RawString, wire_text
 from gateway.pdf import inspect_pdf, is_pdf
 from gateway.settings import InputSettings
@@ -37,6 +38,7 @@ log = logging.getLogger("gateway.inputs")
 _JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _MAX_JPEG_SEGMENTS = 4096
 _MAX_TIFF_ENTRIES = 100_000
+_DAMAGE = {"image/png": png_damage, "image/jpeg": jpeg_damage}
 
 
 class InputError(Exception):
@@ -303,7 +305,8 @@ def image_size(data: bytes, mime: str) -> tuple[int, int]:
 
 
 def check_image(data: bytes, mime: str, limits: InputSettings) -> None:
-    """InputError 422 for an unreadable header or a zero side, 413 over the pixel cap."""
+    """InputError 422 for an unreadable header, a zero side or damage that PaddleX's decoder
+    refuses (:mod:`gateway.decodable`), 413 over the pixel cap."""
     for width, height in image_sizes(data, mime, limits.max_pages):
         if width <= 0 or height <= 0:
             raise _unreadable(mime.split("/")[1].upper(), f"it claims {width} x {height} pixels")
@@ -314,6 +317,13 @@ def check_image(data: bytes, mime: str, limits: InputSettings) -> None:
                 f"the image is {width} x {height} = {width * height} pixels, the limit is "
                 f"{limits.max_image_pixels} pixels (input.max_image_pixels)",
             )
+    damage = _DAMAGE.get(mime)
+    why = damage(data) if damage is not None else None
+    if why is not None:
+        kind = mime.split("/")[1].upper()
+        raise InputError(
+            422, "unreadable_image", f"the {kind} cannot be decoded (as PaddleX decodes it): {why}"
+        )
 
 
 def _sniff(data: bytes) -> tuple[str, str]:
