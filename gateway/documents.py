@@ -57,7 +57,7 @@ __all__ = [
 
 
 async def make_document_async(data: bytes, limits: InputSettings | None = None) -> Document:
-    """:func:`~gateway.inputs.make_document` in a worker thread (pypdf is CPU-bound); the
+    """:func:`~gateway.inputs.make_document` in a worker thread (PDFium is CPU-bound); the
     gateway itself uses :class:`~gateway.inputs.DocumentInspector` (killable processes)."""
     if sniff_type(data) == ("pdf", "application/pdf"):
         return await asyncio.to_thread(make_document, data, limits)

@@ -1,9 +1,11 @@
 """Page-level fan-out of long PDFs: slices to several instances at once, one restructure.
 
-A PDF of more than ``fanout.threshold_pages`` pages is cut (pikepdf) into slices of
-consecutive pages. The slice size adapts to the fleet's free capacity (:func:`free_capacity`):
-on an idle fleet a document spreads over every free instance, under load slices grow up to
-``fanout.max_slice_pages`` so that per-request overhead does not waste the fleet. Each slice is
+A PDF of more than ``fanout.threshold_pages`` pages is cut into slices of consecutive pages by
+PDFium in the document workers (:meth:`gateway.inputs.DocumentInspector.cut`: PaddleX's own
+engine, so a slice of a PDF that PDFium had to repair is a valid PDF). The slice size adapts to
+the fleet's free capacity (:func:`free_capacity`): on an idle fleet a document spreads over
+every free instance, under load slices grow up to ``fanout.max_slice_pages`` so that
+per-request overhead does not waste the fleet. Each slice is
 one ``/layout-parsing`` with failover (:meth:`gateway.proxy.Proxy.run`); the pages come back in
 document order (each ``prunedResult.page_index`` is its position in the whole document) and one
 ``/restructure-pages`` over all of them merges tables and levels titles across slices as if one
@@ -15,23 +17,23 @@ The job runner (:mod:`gateway.jobs.runner`) dispatches slices from its store; th
 Usage::
 
     if fanout.should_fan_out(settings, doc):
-        result = await fanout.ocr_pdf_fanned_out(proxy, settings, doc, request_id, options)
+        result = await fanout.ocr_pdf_fanned_out(
+            proxy, settings, doc, request_id, options, inspector=runtime.inspector
+        )
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pikepdf
 import pybase64
 
 from gateway.attempts import Attempt, GatewayError, UpstreamFailure
-from gateway.inputs import Document
+from gateway.inputs import Document, DocumentInspector
 from gateway.keeper.client import post_slice
 from gateway.paddlex_api import (
     TRUNCATION_HINT,
@@ -75,26 +77,6 @@ def free_capacity(pool: UpstreamPool, settings: Settings) -> int:
     )
     free = sum(max(0, limit - count(u)) for u in eligible)
     return max(0, free - pool.queue.interactive_waiting)
-
-
-def extract_pages(data: bytes, pages: list[int]) -> bytes:
-    """A PDF of ``pages`` (0-based, in that order) of the PDF ``data``."""
-    return extract_slices(data, [pages])[0]
-
-
-def extract_slices(data: bytes, slices: list[list[int]]) -> list[bytes]:
-    """One PDF per list of ``slices`` (0-based pages, in that order) of the PDF ``data``,
-    which is parsed once: opening a long PDF costs far more than writing a few of its pages."""
-    out: list[bytes] = []
-    with pikepdf.open(io.BytesIO(data)) as source:
-        for pages in slices:
-            with pikepdf.new() as part:
-                for index in pages:
-                    part.pages.append(source.pages[index])
-                buf = io.BytesIO()
-                part.save(buf)
-                out.append(buf.getvalue())
-    return out
 
 
 def pages_label(doc_pages: list[int]) -> str:
@@ -157,14 +139,14 @@ def should_fan_out(settings: Settings, doc: Document) -> bool:
 async def _run_slice(
     proxy: Proxy,
     settings: Settings,
-    doc: Document,
+    data: bytes,
     positions: list[int],
     options: dict[str, Any] | None,
     log_id: str,
     tenant: str | None,
     attempts: list[Attempt],
 ) -> list[dict[str, Any]]:
-    data = await asyncio.to_thread(extract_pages, doc.data, positions)
+    """One ``/layout-parsing`` of the slice ``data`` (a PDF of the document's ``positions``)."""
     body = layout_body(pybase64.b64encode_as_string(data), True, log_id, options)
     work = slice_work(body, positions, True)
     try:
@@ -180,28 +162,31 @@ async def _slice_or_pages(
     proxy: Proxy,
     settings: Settings,
     doc: Document,
+    part: bytes,
     positions: list[int],
     options: dict[str, Any] | None,
     request_id: str,
     tenant: str | None,
     attempts: list[Attempt],
+    inspector: DocumentInspector,
 ) -> list[dict[str, Any]]:
-    """A slice; when it fails on every upstream, its pages one by one, so that the error
-    names the page that fails everywhere."""
+    """A slice (``part``, the PDF of ``positions``); when it fails on every upstream, its
+    pages one by one, so that the error names the page that fails everywhere."""
     log_id = f"{request_id}-p{positions[0] + 1}"
     try:
-        return await _run_slice(proxy, settings, doc, positions, options, log_id, tenant, attempts)
+        return await _run_slice(proxy, settings, part, positions, options, log_id, tenant, attempts)
     except GatewayError as exc:
         if exc.code != "all_upstreams_failed" or len(positions) == 1:
             raise _named(exc, positions) from None
+    singles = await inspector.cut(doc.data, [[p] for p in positions], settings.input)
     pages: list[dict[str, Any]] = []
-    for position in positions:
+    for position, single in zip(positions, singles, strict=True):
         try:
             pages.extend(
                 await _run_slice(
                     proxy,
                     settings,
-                    doc,
+                    single,
                     [position],
                     options,
                     f"{request_id}-p{position + 1}",
@@ -234,9 +219,12 @@ async def ocr_pdf_fanned_out(
     request_id: str,
     options: dict[str, Any] | None = None,
     tenant: str | None = None,
+    *,
+    inspector: DocumentInspector,
 ) -> OcrResult:
     """OCR a long PDF as page slices on several upstreams at once, then one concatenating
     ``/restructure-pages``; the markdown is that of one instance parsing the whole PDF.
+    The slices are cut by ``inspector``'s workers, the document opened once for all of them.
     A failure of any slice cancels the others."""
     assert doc.pages is not None
     fanout = settings.fanout
@@ -249,23 +237,27 @@ async def ocr_pdf_fanned_out(
     if len(slices) == 1:  # no instance free to share it with: both steps on one
         return await proxy.ocr(settings, doc, request_id, options, tenant)
     attempts: list[Attempt] = []
+    positions = [list(range(first, first + count)) for first, count in slices]
+    parts = await inspector.cut(doc.data, positions, settings.input)
     tasks = [
         asyncio.ensure_future(
             _slice_or_pages(
                 proxy,
                 settings,
                 doc,
-                list(range(first, first + count)),
+                part,
+                slice_positions,
                 options,
                 request_id,
                 tenant,
                 attempts,
+                inspector,
             )
         )
-        for first, count in slices
+        for part, slice_positions in zip(parts, positions, strict=True)
     ]
     try:
-        parts = await asyncio.gather(*tasks)
+        results = await asyncio.gather(*tasks)
     except BaseException:
         for task in tasks:
             task.cancel()
@@ -273,7 +265,7 @@ async def ocr_pdf_fanned_out(
             with contextlib.suppress(BaseException):
                 await task
         raise
-    pages = [page for part in parts for page in part]
+    pages = [page for result in results for page in result]
     body = restructure_body(pages, concatenatePages=True, logId=request_id)
 
     async def restructure(client: UpstreamClient, upstream: Upstream, timeout: float) -> str:

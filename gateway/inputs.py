@@ -2,15 +2,18 @@
 
 The type comes from the bytes (PDF, PNG, JPEG, BMP, TIFF, WebP). An image's dimensions are
 read from its header (no decoding); over ``input.max_image_pixels`` it is a 413 naming the
-limit. A PDF is read with pypdf in a killable worker process (:mod:`gateway.workers`): over
-``input.max_pages`` pages, or with a page that would render (at PaddleX's 144 dpi) to more than
-``input.max_image_pixels``, it is a 413; a PDF pypdf cannot read, whose page tree loops, or
-whose reading takes longer than ``input.pdf_timeout_s`` is a 422.
+limit. A PDF is read as PaddleX reads it, with PDFium (:mod:`gateway.pdf`), in a killable
+worker process (:mod:`gateway.workers`): over ``input.max_pages`` pages, or with a page that
+would render (at PaddleX's 144 dpi) to more than ``input.max_image_pixels``, it is a 413; a PDF
+PDFium cannot open, one of whose pages it cannot find, or whose reading takes longer than
+``input.pdf_timeout_s`` is a 422. The same workers cut the fan-out's page slices
+(:meth:`DocumentInspector.cut`).
 
 Usage::
 
     inspector = DocumentInspector(workers=2)
     doc = await inspector.inspect(data, settings.input)   # Document or InputError
+    parts = await inspector.cut(doc.data, [[0, 1], [2]], settings.input)  # two PDFs
     doc = make_document(data)          # the same checks in-process (tests, tools)
     width, height = image_size(png, "image/png")
 """
@@ -18,23 +21,24 @@ Usage::
 from __future__ import annotations
 
 import binascii
-import io
 import logging
 import struct
 from typing import Any
 
 import pybase64
 
+from gateway.decodable import jpeg_damage, png_damage
 from gateway.jsonfast import RawString, wire_text
+from gateway.pdf import inspect_pdf, is_pdf
 from gateway.settings import InputSettings
 from gateway.workers import ProcessWorkers, WorkerCrashed, WorkerTimeout
 
 log = logging.getLogger("gateway.inputs")
 
-PDF_RENDER_PX_PER_PT = 2.0  # PaddleX renders PDF pages at scale 2 (144 dpi)
 _JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _MAX_JPEG_SEGMENTS = 4096
 _MAX_TIFF_ENTRIES = 100_000
+_DAMAGE = {"image/png": png_damage, "image/jpeg": jpeg_damage}
 
 
 class InputError(Exception):
@@ -69,7 +73,7 @@ class Document:
         self._encoded = encoded
         self.kind = kind  # "pdf" or "image"
         self.mime = mime
-        self.pages = pages  # real page count (PDF via pypdf), 1 for an image
+        self.pages = pages  # real page count (PDF as PDFium counts), 1 for an image
 
     @property
     def data(self) -> bytes:
@@ -165,8 +169,7 @@ def sniff_type(data: bytes) -> tuple[str, str] | None:
         return "image", "image/tiff"
     if head.startswith(b"RIFF") and data[8:12] == b"WEBP":
         return "image", "image/webp"
-    # PDF readers accept the header anywhere in the first KiB
-    if b"%PDF-" in data[:1024]:
+    if is_pdf(data):  # the header anywhere in the first KiB, as PDFium takes it
         return "pdf", "application/pdf"
     return None
 
@@ -302,7 +305,8 @@ def image_size(data: bytes, mime: str) -> tuple[int, int]:
 
 
 def check_image(data: bytes, mime: str, limits: InputSettings) -> None:
-    """InputError 422 for an unreadable header or a zero side, 413 over the pixel cap."""
+    """InputError 422 for an unreadable header, a zero side or damage that PaddleX's decoder
+    refuses (:mod:`gateway.decodable`), 413 over the pixel cap."""
     for width, height in image_sizes(data, mime, limits.max_pages):
         if width <= 0 or height <= 0:
             raise _unreadable(mime.split("/")[1].upper(), f"it claims {width} x {height} pixels")
@@ -313,75 +317,13 @@ def check_image(data: bytes, mime: str, limits: InputSettings) -> None:
                 f"the image is {width} x {height} = {width * height} pixels, the limit is "
                 f"{limits.max_image_pixels} pixels (input.max_image_pixels)",
             )
-
-
-def read_pdf(data: bytes, max_pages: int, max_pixels: int) -> dict[str, Any]:
-    """Page count and page sizes with pypdf (run in a worker process). Returns
-    ``{"pages": n}`` or ``{"status", "code", "message"}`` for a refusal."""
-    from pypdf import PdfReader, apply_configuration
-    from pypdf.errors import LimitReachedError
-
-    logging.getLogger("pypdf").setLevel(logging.ERROR)  # damaged files are answered, not logged
-
-    def refuse(status: int, code: str, message: str) -> dict[str, Any]:
-        return {"status": status, "code": code, "message": message}
-
-    # pypdf walks at most this many page tree entries: pages plus their /Pages nodes, and
-    # every repetition of a node listed in several /Kids (a tiny file could list millions)
-    entries = 2 * max_pages + 100
-    try:
-        with apply_configuration(page_tree_maximum_entries=entries):
-            reader = PdfReader(io.BytesIO(data))
-            if reader.is_encrypted and not reader.decrypt(""):
-                return refuse(422, "unreadable_pdf", "the PDF is encrypted with a password")
-            try:
-                declared = int(reader.trailer["/Root"]["/Pages"]["/Count"])
-            except Exception:
-                declared = 0
-            if declared > max_pages:
-                return refuse(413, "too_many_pages", _pages_message(declared, max_pages))
-            pages = reader.pages
-            count = len(pages)
-    except LimitReachedError as exc:
-        if "entries" in str(exc) or "entry" in str(exc):
-            return refuse(
-                413,
-                "too_many_pages",
-                f"the PDF's page tree has more than {entries} entries: more than {max_pages} "
-                "pages (input.max_pages)",
-            )
-        return refuse(422, "unreadable_pdf", f"the PDF's page tree is too deep ({exc})")
-    except RecursionError:
-        return refuse(422, "unreadable_pdf", "the PDF's page tree is nested too deeply")
-    except Exception as exc:  # pypdf raises many types on damaged files
-        reason = str(exc)[:200] or type(exc).__name__
-        if "cyclic" in reason.lower():
-            return refuse(422, "unreadable_pdf", f"the PDF's page tree loops ({reason})")
-        return refuse(422, "unreadable_pdf", f"the PDF cannot be read: {reason}")
-    if count == 0:
-        return refuse(422, "unreadable_pdf", "the PDF has no pages")
-    if count > max_pages:
-        return refuse(413, "too_many_pages", _pages_message(count, max_pages))
-    for index, page in enumerate(pages):
-        try:
-            box = page.mediabox
-            unit = float(page.get("/UserUnit", 1) or 1)
-            width = abs(float(box.width)) * unit * PDF_RENDER_PX_PER_PT
-            height = abs(float(box.height)) * unit * PDF_RENDER_PX_PER_PT
-        except Exception:
-            continue  # PaddleX's renderer falls back to a default page size
-        if width * height > max_pixels:
-            return refuse(
-                413,
-                "image_too_large",
-                f"PDF page {index + 1} renders to about {int(width)} x {int(height)} pixels at "
-                f"144 dpi, the limit is {max_pixels} pixels (input.max_image_pixels)",
-            )
-    return {"pages": count}
-
-
-def _pages_message(pages: int, limit: int) -> str:
-    return f"the PDF has {pages} pages, the limit is {limit} (input.max_pages)"
+    damage = _DAMAGE.get(mime)
+    why = damage(data) if damage is not None else None
+    if why is not None:
+        kind = mime.split("/")[1].upper()
+        raise InputError(
+            422, "unreadable_image", f"the {kind} cannot be decoded (as PaddleX decodes it): {why}"
+        )
 
 
 def _sniff(data: bytes) -> tuple[str, str]:
@@ -412,14 +354,15 @@ def make_document(data: bytes, limits: InputSettings | None = None) -> Document:
     if kind == "image":
         check_image(data, mime, limits)
         return Document(data=data, kind=kind, mime=mime, pages=1)
-    return _pdf_document(data, read_pdf(data, limits.max_pages, limits.max_image_pixels))
+    return _pdf_document(data, inspect_pdf(data, limits.max_pages, limits.max_image_pixels))
 
 
 class DocumentInspector:
-    """:func:`make_document` with PDFs read in killable worker processes."""
+    """:func:`make_document` with PDFs read in killable worker processes, which also cut
+    the page slices of a fanned-out PDF."""
 
     def __init__(self, workers: int = 2) -> None:
-        self.workers = ProcessWorkers("gateway.inputs:read_pdf", size=workers)
+        self.workers = ProcessWorkers("gateway.pdf:work", size=workers)
 
     async def inspect(self, data: bytes, limits: InputSettings) -> Document:
         kind, mime = _sniff(data)
@@ -429,7 +372,7 @@ class DocumentInspector:
         self.workers.size = limits.pdf_workers
         try:
             result = await self.workers.run(
-                data, (limits.max_pages, limits.max_image_pixels), limits.pdf_timeout_s
+                data, ("inspect", limits.max_pages, limits.max_image_pixels), limits.pdf_timeout_s
             )
         except WorkerTimeout:
             raise InputError(
@@ -442,6 +385,17 @@ class DocumentInspector:
             log.warning("PDF worker failed: %s", exc)
             raise InputError(422, "unreadable_pdf", "the PDF cannot be read") from None
         return _pdf_document(data, result)
+
+    async def cut(self, data: bytes, slices: list[list[int]], limits: InputSettings) -> list[bytes]:
+        """One PDF per list of ``slices`` (0-based pages) of an inspected PDF, cut by PDFium
+        in a worker (:func:`gateway.pdf.cut_slices`); RuntimeError when that fails or takes
+        longer than ``input.pdf_timeout_s``."""
+        self.workers.size = limits.pdf_workers
+        try:
+            parts = await self.workers.run(data, ("cut", slices), limits.pdf_timeout_s)
+        except (WorkerTimeout, WorkerCrashed) as exc:
+            raise RuntimeError(f"cutting the PDF into page slices failed: {exc}") from None
+        return list(parts)
 
     async def close(self) -> None:
         await self.workers.close()

@@ -10,12 +10,13 @@ the parent's main module.
 
 Wire format on the child's stdin: 12 bytes (payload length, args length), the payload bytes,
 the JSON list of extra arguments; the answer is one JSON line, ``{"ok": result}`` or
-``{"error": text}``.
+``{"error": text}``. A function that returns :class:`Blobs` (byte strings, e.g. PDF slices)
+answers ``{"blobs": [length, ...]}`` followed by those bytes, which no JSON line could carry.
 
 Usage::
 
-    workers = ProcessWorkers("gateway.inputs:read_pdf", size=2)
-    result = await workers.run(pdf_bytes, (1000, 178956970), timeout=10.0)
+    workers = ProcessWorkers("gateway.pdf:work", size=2)
+    result = await workers.run(pdf_bytes, ("inspect", 1000, 178956970), timeout=10.0)
     #  WorkerTimeout past 10 s, WorkerCrashed if the process died or the function raised
     await workers.close()
 """
@@ -34,6 +35,10 @@ from typing import Any
 
 _HEAD = struct.Struct(">QI")
 _ANSWER_LIMIT = 1 << 20  # bytes of one answer line
+
+
+class Blobs(list[bytes]):
+    """A worker function's result of raw byte strings, sent after the answer line."""
 
 
 class WorkerTimeout(Exception):
@@ -101,13 +106,17 @@ class ProcessWorkers:
                     process.stdin.write(_HEAD.pack(len(payload), len(extra)) + payload + extra)
                     await process.stdin.drain()
                     line = await process.stdout.readline()
+                    answer = json.loads(line) if line else None
+                    if answer is not None and "blobs" in answer:
+                        answer["ok"] = Blobs(
+                            [await process.stdout.readexactly(n) for n in answer["blobs"]]
+                        )
             except TimeoutError:
                 raise WorkerTimeout(f"no answer within {timeout:g}s") from None
-            except (ConnectionError, ValueError) as exc:
+            except (ConnectionError, ValueError, asyncio.IncompleteReadError) as exc:
                 raise WorkerCrashed(f"the worker process failed: {exc}") from None
-            if not line:
+            if answer is None:
                 raise WorkerCrashed(f"the worker process exited ({process.returncode})")
-            answer = json.loads(line)
             if "ok" not in answer:
                 raise WorkerCrashed(str(answer.get("error")))
             self._idle.append(worker)
@@ -135,6 +144,8 @@ def _serve(target: str) -> None:
     """The child's loop (see module doc); stdout carries answers only."""
     module, _, name = target.partition(":")
     function = getattr(importlib.import_module(module), name)
+    # this file runs as __main__: the function's Blobs is the one of the imported module
+    blobs_type = importlib.import_module("gateway.workers").Blobs
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything the function prints goes to stderr, not into the answers
     requests = sys.stdin.buffer
@@ -145,11 +156,19 @@ def _serve(target: str) -> None:
         size, extra = _HEAD.unpack(head)
         payload = requests.read(size)
         args = json.loads(requests.read(extra))
+        blobs: list[bytes] = []
         try:
-            answer: dict[str, Any] = {"ok": function(payload, *args)}
+            result = function(payload, *args)
+            if isinstance(result, blobs_type):
+                blobs = result
+                answer: dict[str, Any] = {"blobs": [len(blob) for blob in blobs]}
+            else:
+                answer = {"ok": result}
         except Exception as exc:
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         answers.write(json.dumps(answer).encode() + b"\n")
+        for blob in blobs:
+            answers.write(blob)
         answers.flush()
 
 

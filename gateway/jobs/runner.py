@@ -48,7 +48,6 @@ import pybase64
 from gateway.attempts import GatewayError, UpstreamClientError, UpstreamFailure
 from gateway.fanout import (
     Work,
-    extract_slices,
     free_capacity,
     pages_label,
     plan_slices,
@@ -196,7 +195,7 @@ class JobRunner:
         self._more = len(claims) == room  # pages may still wait
         for group in _by_job(claims):
             # the input is read and parsed once for all the slices of one job
-            files = asyncio.ensure_future(asyncio.to_thread(self._slice_files, group))
+            files = asyncio.ensure_future(self._slice_files(group))
             files.add_done_callback(_retrieve)
             for index, claim in enumerate(group):
                 self._slices += 1
@@ -286,15 +285,17 @@ class JobRunner:
             self._forget((claim.job.id, claim.first))
             self.wake()
 
-    def _slice_files(self, claims: list[SliceClaim]) -> list[str]:
-        """The base64 of each slice's document (its pages cut from the input PDF), for
-        slices of one job."""
+    async def _slice_files(self, claims: list[SliceClaim]) -> list[str]:
+        """The base64 of each slice's document (its pages cut from the input PDF by PDFium in
+        a worker process, :meth:`gateway.inputs.DocumentInspector.cut`), for slices of one
+        job."""
         job = claims[0].job
-        data = self.store.input_path(job.id).read_bytes()
+        data = await asyncio.to_thread(self.store.input_path(job.id).read_bytes)
         if job.kind != "pdf":
             return [pybase64.b64encode_as_string(data)] * len(claims)
-        parts = extract_slices(data, [job.pages[c.first : c.first + c.count] for c in claims])
-        return [pybase64.b64encode_as_string(part) for part in parts]
+        slices = [job.pages[c.first : c.first + c.count] for c in claims]
+        parts = await self.runtime.inspector.cut(data, slices, self.runtime.settings.input)
+        return await asyncio.to_thread(lambda: [pybase64.b64encode_as_string(p) for p in parts])
 
     async def _slice_attempt(
         self, claim: SliceClaim, file: str, upstream_done: Callable[[], None]

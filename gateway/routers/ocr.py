@@ -65,7 +65,13 @@ async def _run_ocr(
     try:
         if should_fan_out(settings, doc):
             result = await ocr_pdf_fanned_out(
-                runtime.proxy, settings, doc, rid, options, tenant=principal.tenant
+                runtime.proxy,
+                settings,
+                doc,
+                rid,
+                options,
+                tenant=principal.tenant,
+                inspector=runtime.inspector,
             )
         else:
             result = await runtime.proxy.ocr(settings, doc, rid, options, tenant=principal.tenant)

@@ -7,8 +7,10 @@ Speaks the wire protocol of /work/shared/docs/paddlex-protocol.md:
   "errorMsg": "Success"}``; ``result.layoutParsingResults`` (one per processed page, with
   ``prunedResult`` and ``markdown: {text, images}``) and ``dataInfo``; ``outputImages`` and
   ``inputImage`` only when ``visualize`` is true or absent (the server default is true).
-  PDFs are "rendered" by counting pages with pypdf, and pages beyond ``max_num_input_imgs``
-  (default 10, like the real server) are silently dropped.
+  PDFs are "rendered" as PaddleX reads them, with PDFium (``pypdfium2``: its page count and
+  page sizes), images decoded with OpenCV's ``cv2.imdecode`` (what PaddleX's decoders refuse is
+  422 "Invalid input file"), and pages beyond ``max_num_input_imgs`` (default 10, like the
+  real server) are silently dropped.
 - Validation errors: 422 with ``errorMsg`` a JSON *string* of the pydantic error list; base64
   without ``fileType``: 422 "File type cannot be determined"; undecodable file: 422 "Invalid
   input file"; any other exception: 500 "Internal server error" (and, as with uvicorn 0.54,
@@ -53,7 +55,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import io
 import json
 import threading
 import time
@@ -151,6 +152,36 @@ def _page_text(pruned: dict[str, Any]) -> str:
     return "\n\n".join(str(b.get("block_content", "")) for b in blocks)
 
 
+def pdf_page_sizes(data: bytes) -> list[tuple[int, int]]:
+    """The pixel size of each page PaddleX would render (scale 2), read by PDFium; raises
+    where PaddleX's ``read_pdf`` does (a file PDFium cannot open, a page it cannot load)."""
+    import pypdfium2 as pdfium
+
+    from gateway.pdf import PDFIUM_LOCK  # one PDFium call at a time in this test process
+
+    with PDFIUM_LOCK:
+        doc = pdfium.PdfDocument(data)
+        try:
+            sizes = []
+            for index in range(len(doc)):
+                width, height = doc.get_page_size(index)
+                sizes.append((int(width * 2), int(height * 2)))
+            return sizes
+        finally:
+            doc.close()
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    """(width, height) of an image decoded as PaddleX decodes it (``cv2.imdecode``)."""
+    import cv2
+    import numpy as np
+
+    array = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if array is None:
+        raise ValueError("Failed to decode image bytes")
+    return array.shape[1], array.shape[0]
+
+
 def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats) -> FastAPI:
     """The FastAPI app of one double (state lives in the passed objects)."""
     app = FastAPI(title="paddlex double")
@@ -205,13 +236,7 @@ def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats)
         """Page sizes that the real server would process, and dataInfo."""
         if file_type == 0:
             try:
-                from pypdf import PdfReader
-
-                reader = PdfReader(io.BytesIO(data))
-                sizes = [
-                    (int(float(p.mediabox.width) * 2), int(float(p.mediabox.height) * 2))
-                    for p in reader.pages
-                ]
+                sizes = pdf_page_sizes(data)
             except Exception:
                 raise StarletteHTTPException(422, "Invalid input file") from None
             if knobs.max_num_input_imgs is not None:
@@ -223,10 +248,7 @@ def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats)
             }
             return sizes, info
         try:
-            from PIL import Image
-
-            with Image.open(io.BytesIO(data)) as image:
-                width, height = image.size
+            width, height = image_size(data)
         except Exception:
             raise StarletteHTTPException(422, "Invalid input file") from None
         return [(width, height)], {"width": width, "height": height, "type": "image"}

@@ -105,14 +105,16 @@ def looping_pdf() -> bytes:
 
 
 def page_tree_bomb(fanout: int = 30) -> bytes:
-    """A 1 KB PDF whose /Count says 1 and whose shared /Kids expand to fanout**3 pages."""
+    """A 1 KB PDF whose shared /Kids expand to fanout**3 pages. Its /Pages nodes carry no
+    /Count, so PDFium (PaddleX's engine) counts the tree itself and sees every repetition (a
+    /Count it trusts instead: PaddleX would render only that many pages)."""
     kids = lambda ref: b"[" + b" ".join([ref] * fanout) + b"]"  # noqa: E731
     return _pdf(
         [
             b"<< /Type /Catalog /Pages 2 0 R >>",
-            b"<< /Type /Pages /Kids " + kids(b"3 0 R") + b" /Count 1 >>",
-            b"<< /Type /Pages /Parent 2 0 R /Kids " + kids(b"4 0 R") + b" /Count 1 >>",
-            b"<< /Type /Pages /Parent 3 0 R /Kids " + kids(b"5 0 R") + b" /Count 1 >>",
+            b"<< /Type /Pages /Kids " + kids(b"3 0 R") + b" >>",
+            b"<< /Type /Pages /Parent 2 0 R /Kids " + kids(b"4 0 R") + b" >>",
+            b"<< /Type /Pages /Parent 3 0 R /Kids " + kids(b"5 0 R") + b" >>",
             b"<< /Type /Page /Parent 4 0 R /MediaBox [0 0 612 792] >>",
         ]
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pypdf import PdfWriter
+import pypdfium2 as pdfium
 
 from tests.gateway.conftest import gateway_config
 
@@ -47,11 +47,12 @@ def jobs_config(upstreams: list[str], jobs_dir: Path, **sections: Any) -> dict[s
 def numbered_pdf(pages: int) -> bytes:
     """A PDF whose page i (0-based) is 100 + i points wide: the doubles report width 2x that,
     so each result page shows which document page it came from."""
-    writer = PdfWriter()
+    pdf = pdfium.PdfDocument.new()
     for index in range(pages):
-        writer.add_blank_page(width=100 + index, height=300)
+        pdf.new_page(100 + index, 300).close()
     buf = io.BytesIO()
-    writer.write(buf)
+    pdf.save(buf)
+    pdf.close()
     return buf.getvalue()
 
 

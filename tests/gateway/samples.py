@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 import io
 
+import pypdfium2 as pdfium
 from PIL import Image
-from pypdf import PdfWriter
 
 
 def png_bytes(
@@ -26,11 +26,12 @@ def image_bytes(fmt: str) -> bytes:
 
 def pdf_bytes(pages: int, widths: list[int] | None = None) -> bytes:
     """A PDF of blank 200x300 pages, or of pages as wide as ``widths`` (points)."""
-    writer = PdfWriter()
+    pdf = pdfium.PdfDocument.new()
     for width in widths or [200] * pages:
-        writer.add_blank_page(width=width, height=300)
+        pdf.new_page(width, 300).close()
     buf = io.BytesIO()
-    writer.write(buf)
+    pdf.save(buf)
+    pdf.close()
     return buf.getvalue()
 
 

@@ -4,16 +4,15 @@ named, and slices that grow when the fleet is busy."""
 
 from __future__ import annotations
 
-import io
 import threading
 import time
 
 import httpx
 import pytest
-from pypdf import PdfReader
 
-from gateway.fanout import extract_pages, plan_slices
-from tests.doubles.paddlex_double import DoubleFleet
+from gateway.fanout import plan_slices
+from gateway.pdf import cut_slices
+from tests.doubles.paddlex_double import DoubleFleet, pdf_page_sizes
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, pdf_bytes
 from tests.waiting import wait_for
@@ -148,6 +147,6 @@ def test_uploads_fan_out_too(fleet4, start_gateway):
 def test_plan_and_extract_units() -> None:
     assert plan_slices(100, 8, 16, 48) == [(i, 3) for i in range(0, 99, 3)] + [(99, 1)]
     assert plan_slices(100, 8, 16, 0) == [(i, min(16, 100 - i)) for i in range(0, 100, 16)]
-    part = extract_pages(pdf_bytes(20, WIDTHS), [3, 4, 5])
-    widths = [float(p.mediabox.width) for p in PdfReader(io.BytesIO(part)).pages]
-    assert widths == [103, 104, 105]
+    first, second = cut_slices(pdf_bytes(20, WIDTHS), [[3, 4, 5], [19]])
+    assert pdf_page_sizes(first) == [(206, 600), (208, 600), (210, 600)]
+    assert pdf_page_sizes(second) == [(238, 600)]
