@@ -5,7 +5,7 @@ first on PATH, holding a `pulumi-language-python` wrapper that runs our language
 tests put their wrappers there and install them::
 
     wrapper = pulumi_env.wrapper("pulumi-resource-docker", "-m", "pulumi_plugins.docker")
-    pulumi_env.run(["plugin", "install", "resource", "docker", "5.2.0", "--file", str(wrapper)])
+    pulumi_env.run(["plugin", "install", "resource", "docker", "5.1.0", "--file", str(wrapper)])
     project = pulumi_env.project("demo", "import pulumi\\npulumi.export('x', 1)\\n")
     pulumi_env.run(["stack", "init", "dev"], cwd=project)
 

@@ -26,6 +26,7 @@ from google.protobuf import empty_pb2
 from google.rpc import status_pb2
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
+import pulumi_plugins.docker as docker_plugin
 from pulumi_plugins import rpc
 from tests.pulumi_plugins.conftest import REPO, PulumiEnv
 
@@ -136,7 +137,7 @@ def provider(engine: None) -> Iterator[Provider]:
 
 
 def test_plugin_reports_its_version(provider: Provider) -> None:
-    assert provider.stub.GetPluginInfo(empty_pb2.Empty()).version == "5.2.0"
+    assert provider.stub.GetPluginInfo(empty_pb2.Empty()).version == docker_plugin.VERSION
 
 
 def test_container_lifecycle(provider: Provider, prefix: str) -> None:
@@ -429,14 +430,15 @@ def _outputs(pulumi_env: PulumiEnv, project: Path) -> dict[str, Any]:
 
 
 def install_provider(pulumi_env: PulumiEnv) -> Path:
-    """Plugin `docker` 5.2.0 in the fixture's PULUMI_HOME, its wrapper kept off PATH (a plugin
-    found on PATH would be used, with a warning, instead of the installed one)."""
+    """Plugin `docker` (its pinned version) in the fixture's PULUMI_HOME, its wrapper kept off
+    PATH (a plugin found on PATH would be used, with a warning, instead of the installed one)."""
     wrapper = pulumi_env.root / "providers" / "pulumi-resource-docker"
     wrapper.parent.mkdir(exist_ok=True)
     python = shlex.join([sys.executable, "-m", "pulumi_plugins.docker"])
     wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {python} "$@"\n')
     wrapper.chmod(0o755)
-    install = ["plugin", "install", "resource", "docker", "5.2.0", "--file", str(wrapper)]
+    version = docker_plugin.VERSION
+    install = ["plugin", "install", "resource", "docker", version, "--file", str(wrapper)]
     _ok(pulumi_env.run(install))
     return wrapper
 

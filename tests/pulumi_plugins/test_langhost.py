@@ -11,6 +11,7 @@ import pytest
 from google.protobuf import struct_pb2
 from pulumi.runtime.proto import language_pb2
 
+import pulumi_plugins.docker as docker_plugin
 from pulumi_plugins import langhost
 from tests.pulumi_plugins.conftest import PulumiEnv
 
@@ -57,7 +58,11 @@ def test_required_packages_are_the_virtualenvs_resource_plugins(tmp_path: Path) 
     )
     packages = host.GetRequiredPackages(request, context=None).packages  # type: ignore[arg-type]
     found = {(p.name, p.kind, p.version) for p in packages}
-    assert {("docker", "resource", "v5.2.0"), ("command", "resource", "v1.2.1")} <= found
+    expected = {
+        ("docker", "resource", f"v{docker_plugin.VERSION}"),
+        ("command", "resource", "v1.2.1"),
+    }
+    assert expected <= found
 
 
 @pytest.mark.parametrize(
