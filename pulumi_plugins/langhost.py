@@ -452,7 +452,11 @@ def main(argv: list[str] | None = None) -> None:
     host = parse_args(sys.argv[1:] if argv is None else argv)
     # The engine stops its plugins with SIGINT: a normal end, not a crash worth a traceback.
     with contextlib.suppress(KeyboardInterrupt):
-        rpc.serve(language_pb2_grpc.add_LanguageRuntimeServicer_to_server, PythonLanguageHost(host))
+        rpc.serve(
+            language_pb2_grpc.add_LanguageRuntimeServicer_to_server,
+            PythonLanguageHost(host),
+            engine=host.engine_address,
+        )
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 import pulumi_plugins.docker as docker_plugin
 from pulumi_plugins import rpc
 from tests.pulumi_plugins.conftest import REPO, PulumiEnv
+from tests.pulumi_plugins.fake_engine import FakeEngine
 
 BASE = "paddleocr-fleet/base:bookworm"
 SOCKET = "unix:///var/run/docker.sock"
@@ -92,8 +93,9 @@ def _inspect(name: str, kind: str = "container") -> dict[str, Any] | None:
 class Provider:
     def __init__(self) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.engine = FakeEngine()  # the plugin exits once its engine is gone
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pulumi_plugins.docker", "127.0.0.1:9"],
+            [sys.executable, "-m", "pulumi_plugins.docker", self.engine.address],
             stdout=subprocess.PIPE,
             env=env,
             cwd=REPO,
@@ -122,6 +124,7 @@ class Provider:
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
+        self.engine.stop()
 
 
 def urn(type_: str, name: str = "r") -> str:
