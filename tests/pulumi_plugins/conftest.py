@@ -85,6 +85,19 @@ class PulumiEnv:
         script.chmod(0o755)
         return script
 
+    def install_plugin(self, plugin: str, version: str) -> None:
+        """Our resource plugin `plugin` (pulumi_plugins.PLUGIN of this checkout) installed as
+        that version in this PULUMI_HOME, its wrapper kept off PATH (a plugin found on PATH
+        would be used, with a warning, instead of the installed one)."""
+        wrapper = self.root / "providers" / f"pulumi-resource-{plugin}"
+        wrapper.parent.mkdir(exist_ok=True)
+        python = shlex.join([sys.executable, "-m", f"pulumi_plugins.{plugin}"])
+        wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {python} "$@"\n')
+        wrapper.chmod(0o755)
+        install = ["plugin", "install", "resource", plugin, version, "--file", str(wrapper)]
+        result = self.run(install)
+        assert result.returncode == 0, result.stderr
+
     def project(
         self, name: str, program: str, virtualenv: Path | str = VIRTUALENV, **files: str
     ) -> Path:

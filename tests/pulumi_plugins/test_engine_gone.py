@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -110,25 +109,13 @@ def test_the_command_provider_ends_its_running_command_with_it(tmp_path, process
         create.result(timeout=10)
 
 
-def install(pulumi_env: PulumiEnv, plugin: str, version: str) -> None:
-    """Plugin `plugin` from this checkout in the fixture's PULUMI_HOME (wrapper kept off PATH)."""
-    wrapper = pulumi_env.root / "providers" / f"pulumi-resource-{plugin}"
-    wrapper.parent.mkdir(exist_ok=True)
-    python = shlex.join([sys.executable, "-m", f"pulumi_plugins.{plugin}"])
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {python} "$@"\n')
-    wrapper.chmod(0o755)
-    args = ["plugin", "install", "resource", plugin, version, "--file", str(wrapper)]
-    result = pulumi_env.run(args)
-    assert result.returncode == 0, result.stderr
-
-
 def test_kill_9_of_pulumi_leaves_no_plugin_behind(pulumi_env: PulumiEnv, tmp_path) -> None:
     """`pulumi up` with the language host, the docker and command providers and a running
     command; SIGKILL to the CLI; within seconds every process it had started is gone."""
     if not Path("/var/run/docker.sock").exists():
         pytest.skip("no Docker engine at /var/run/docker.sock")
-    install(pulumi_env, "docker", docker_plugin.VERSION)
-    install(pulumi_env, "command", command.PLUGIN_VERSION)
+    pulumi_env.install_plugin("docker", docker_plugin.VERSION)
+    pulumi_env.install_plugin("command", command.PLUGIN_VERSION)
     pid_file = tmp_path / "sleep.pid"
     project = pulumi_env.project(
         "killed",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -133,7 +134,7 @@ def test_a_failing_program_fails_the_update_and_shows_why(
 
 
 def test_install_creates_the_virtualenv_and_about_describes_it(pulumi_env: PulumiEnv) -> None:
-    # No index: pip is already in a new virtualenv, so nothing goes over the network.
+    # The official steps: the virtualenv, pip/setuptools/wheel from the index, requirements.txt.
     project = pulumi_env.project(
         "installed",
         "import pulumi\n",
@@ -141,17 +142,48 @@ def test_install_creates_the_virtualenv_and_about_describes_it(pulumi_env: Pulum
         **{"requirements.txt": "--no-index\npip\n"},
     )
     shown = ok(pulumi_env.run(["install"], cwd=project))
-    assert f"Creating virtual environment in {project / 'venv'}" in shown
-    assert "Requirement already satisfied: pip" in shown
+    steps = [
+        "Installing dependencies...",
+        "Creating virtual environment...",
+        "Finished creating virtual environment",
+        "Updating pip, setuptools, and wheel in virtual environment...",
+        "Finished updating",
+        "Installing dependencies in virtual environment...",
+        "Requirement already satisfied: pip",
+        "Finished installing dependencies",
+    ]
+    at = 0
+    for step in steps:  # in this order
+        at = shown.find(step, at)
+        assert at >= 0, (step, shown)
 
     about = ok(pulumi_env.run(["about"], cwd=project))
     assert f"executable='{project / 'venv' / 'bin' / 'python'}'" in about
     assert "toolchain='pip'" in about
 
 
-def test_a_missing_virtualenv_asks_for_pulumi_install(pulumi_env: PulumiEnv) -> None:
-    project = pulumi_env.project("uninstalled", "import pulumi\n", virtualenv="venv")
+def test_the_first_preview_creates_a_missing_virtualenv(pulumi_env: PulumiEnv) -> None:
+    """As the official host: no `pulumi install` needed; the venv and requirements.txt's
+    packages are installed when the engine first asks for the program's packages."""
+    sdk = f"pulumi=={importlib.metadata.version('pulumi')}"
+    project = pulumi_env.project(
+        "uninstalled",
+        "import pulumi\npulumi.export('made', 'here')\n",
+        virtualenv="venv",
+        **{"requirements.txt": f"{sdk}\n"},
+    )
+    ok(pulumi_env.run(["stack", "init", "dev"], cwd=project))
+    shown = ok(pulumi_env.run(["preview"], cwd=project, timeout=600))
+    assert 'made: "here"' in shown
+    assert (project / "venv" / "bin" / "python").exists()
+
+
+def test_a_virtualenv_that_is_another_directory_is_not_touched(pulumi_env: PulumiEnv) -> None:
+    project = pulumi_env.project("not-a-venv", "import pulumi\n", virtualenv="venv")
+    (project / "venv").mkdir()
+    (project / "venv" / "notes.txt").write_text("mine\n")
     ok(pulumi_env.run(["stack", "init", "dev"], cwd=project))
     result = pulumi_env.run(["preview"], cwd=project)
     assert result.returncode != 0
     assert "Run `pulumi install`" in output(result)
+    assert sorted(p.name for p in (project / "venv").iterdir()) == ["notes.txt"]
