@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from pulumi.runtime.proto import language_pb2
 
 import pulumi_plugins.docker as docker_plugin
 from pulumi_plugins import langhost
-from tests.pulumi_plugins.conftest import PulumiEnv
+from tests.pulumi_plugins.conftest import REPO, PulumiEnv
 
 PROGRAM = """\
 import sys
@@ -187,3 +188,27 @@ def test_a_virtualenv_that_is_another_directory_is_not_touched(pulumi_env: Pulum
     assert result.returncode != 0
     assert "Run `pulumi install`" in output(result)
     assert sorted(p.name for p in (project / "venv").iterdir()) == ["notes.txt"]
+
+
+def test_the_fleet_project_previews_from_a_checkout_without_its_venv(
+    pulumi_env: PulumiEnv, tmp_path: Path
+) -> None:
+    """The README's operator steps with no `pulumi install`: the project as checked out (its own
+    Pulumi.yaml, `virtualenv: .venv`, requirements.txt `-e .`), and the first preview makes .venv
+    (slow: the project's packages come from the package index, or pip's cache)."""
+    project = tmp_path / "paddleocr-fleet"
+    project.mkdir()
+    for name in ("Pulumi.yaml", "__main__.py", "requirements.txt", "pyproject.toml"):
+        shutil.copy2(REPO / name, project / name)
+    for name in ("components", "config", "gateway", "fleetctl", "pulumi_plugins"):
+        shutil.copytree(REPO / name, project / name, ignore=shutil.ignore_patterns("__pycache__"))
+    pulumi_env.install_plugin("docker", docker_plugin.VERSION)
+    pulumi_env.install_plugin("command", "1.2.1")
+    ok(pulumi_env.run(["stack", "init", "dev"], cwd=project))
+    config = {"accelerator": "sim", "cards": "1", "allowOpenAccess": "true"}
+    for key, value in config.items():
+        ok(pulumi_env.run(["config", "set", key, value], cwd=project))
+    preview = pulumi_env.run(["preview"], cwd=project, timeout=1200)
+    ok(preview)
+    assert (project / ".venv" / "bin" / "python").exists()
+    assert "Traceback" not in output(preview)
