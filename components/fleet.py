@@ -33,15 +33,22 @@ def read_settings() -> FleetSettings:
 
 
 def check_environment(environ: Mapping[str, str]) -> None:
-    """Refuse a DOCKER_CONTEXT in the environment: pulumi-docker lets it override the provider's
-    `host` for containers, while images and the `docker` CLI of the start commands follow the
-    host's endpoint (DOCKER_HOST), so one host's resources would land on two engines."""
+    """Refuse any DOCKER_CONTEXT in the environment, "default" included.
+
+    pulumi-docker's containers take their engine from a context named there (terraform-provider-
+    docker reads ~/.docker/contexts/meta), ahead of the provider's `host`, while images and the
+    `docker` CLI of the start commands follow each host's endpoint: one host's resources would
+    land on two engines. "default" is worse, not harmless: the Docker CLI's built-in default
+    context has no meta.json, so the provider fails with "context 'default' not found" at the
+    first container, after the images were built."""
     context = environ.get("DOCKER_CONTEXT", "")
-    if context not in ("", "default"):
+    if context:
         raise ConfigError(
-            f"environment DOCKER_CONTEXT={context!r}: it would send the containers to that "
-            "context's engine but images and start commands to each host's endpoint; unset it "
-            "(a host's engine is its config key 'dockerHost' or 'hosts[i].endpoint')"
+            f"environment DOCKER_CONTEXT={context!r}: pulumi-docker would take the containers' "
+            "engine from that context instead of each host's endpoint (images and start commands "
+            "use the endpoint), and fails outright on 'default' (\"context 'default' not found\", "
+            "the CLI's built-in context has no stored endpoint); unset DOCKER_CONTEXT and give "
+            "each host's engine in the stack config ('dockerHost', or 'hosts[i].endpoint')"
         )
 
 

@@ -123,7 +123,8 @@ class HostSettings(_Model):
     @property
     def docker_endpoint(self) -> str:
         """The endpoint the provider and every `docker` CLI call use: always explicit, so an
-        exported DOCKER_CONTEXT or DOCKER_HOST cannot send them to different engines."""
+        exported DOCKER_HOST cannot send them to different engines (an exported DOCKER_CONTEXT,
+        which pulumi-docker puts ahead of `host`, is refused: `fleet.check_environment`)."""
         return self.endpoint or LOCAL_DOCKER
 
 

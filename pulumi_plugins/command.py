@@ -745,7 +745,8 @@ class CommandProvider(provider_pb2_grpc.ResourceProviderServicer):
 
 
 def main(argv: list[str] | None = None) -> None:
-    provider = CommandProvider(rpc.engine_address(sys.argv[1:] if argv is None else argv))
+    engine = rpc.engine_address(sys.argv[1:] if argv is None else argv)
+    provider = CommandProvider(engine)
 
     def stop(signum: int, frame: Any) -> None:
         provider.runner.cancel()
@@ -754,7 +755,8 @@ def main(argv: list[str] | None = None) -> None:
     # The engine closes its plugins with SIGINT (then SIGKILL): end the running commands first.
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    rpc.serve(provider_pb2_grpc.add_ResourceProviderServicer_to_server, provider, workers=128)
+    add = provider_pb2_grpc.add_ResourceProviderServicer_to_server
+    rpc.serve(add, provider, workers=128, engine=engine)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,13 @@ as `PYTHON -u EXEC_SCRIPT --monitor ... PROGRAM`, where PYTHON is the `virtualen
 of Pulumi.yaml (relative to the project root) or else `$PULUMI_PYTHON_CMD`/`python3`; its stack
 config travels in PULUMI_CONFIG and PULUMI_CONFIG_SECRET_KEYS. The program shares this host's
 stdout/stderr, which the engine shows to the user line by line.
+
+As the official host (pulumi sdk/python/toolchain pip.go `EnsureVenv`, called from its
+`GetRequiredPackages`), a `virtualenv` that does not exist yet (or is an empty directory) is
+created on the first `preview`/`up`: `python3 -m venv`, `pip install --upgrade pip setuptools
+wheel`, then `pip install -r requirements.txt` of the program directory when there is one, with
+the same progress lines sent to the engine's log as ephemeral messages (pip's stdout as info, its
+stderr as errors). `pulumi install` (InstallDependencies) runs the same steps.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import importlib.metadata
 import json
 import os
 import queue
+import random
 import shutil
 import signal
 import subprocess
@@ -34,7 +42,13 @@ from typing import IO, Any
 
 import grpc
 from google.protobuf import empty_pb2
-from pulumi.runtime.proto import language_pb2, language_pb2_grpc, plugin_pb2
+from pulumi.runtime.proto import (
+    engine_pb2,
+    engine_pb2_grpc,
+    language_pb2,
+    language_pb2_grpc,
+    plugin_pb2,
+)
 
 from pulumi_plugins import rpc
 
@@ -76,6 +90,12 @@ class Runtime:
     toolchain: str
     virtualenv: Path | None
     root: Path
+    program_dir: Path | None = None
+    """Where requirements.txt is read and pip runs (the official host's cwd); default: root."""
+
+    @property
+    def workdir(self) -> Path:
+        return self.program_dir or self.root
 
     @property
     def python(self) -> str:
@@ -131,6 +151,7 @@ def runtime_of(info: language_pb2.ProgramInfo, fallback_root: str = "") -> Runti
         toolchain=str(options.get("toolchain") or "pip"),
         virtualenv=(root / str(virtualenv)).resolve() if virtualenv else None,
         root=root,
+        program_dir=Path(info.program_directory) if info.program_directory else None,
     )
 
 
@@ -270,22 +291,82 @@ def stream_command(
         raise CommandFailed(command, code)
 
 
-def install_commands(runtime: Runtime) -> Iterator[tuple[str, list[str]]]:
-    """(announcement, command) steps of a pip install into the project's interpreter."""
-    if runtime.virtualenv is not None and not Path(runtime.python).exists():
-        base = os.environ.get("PULUMI_PYTHON_CMD") or "python3"
-        yield (
-            f"Creating virtual environment in {runtime.virtualenv}",
-            [base, "-m", "venv", str(runtime.virtualenv)],
+def base_python() -> str:
+    """The interpreter that creates a virtualenv: $PULUMI_PYTHON_CMD, else python3, else python
+    on PATH (the official toolchain's `CommandPath`)."""
+    names = [os.environ["PULUMI_PYTHON_CMD"]] if os.environ.get("PULUMI_PYTHON_CMD") else []
+    for name in names or ["python3", "python"]:
+        if found := shutil.which(name):
+            return found
+    raise OSError(f"failed to locate any of {names or ['python3', 'python']} on your PATH")
+
+
+def needs_virtualenv(runtime: Runtime) -> bool:
+    """Whether the first run must create the virtualenv: it is configured and missing or an
+    empty directory (a directory with other content is left alone, and reported by Run)."""
+    if runtime.virtualenv is None or Path(runtime.python).exists():
+        return False
+    venv = runtime.virtualenv
+    if venv.exists() and not venv.is_dir():
+        raise OSError(
+            f"the 'virtualenv' option in Pulumi.yaml is set to {str(venv)!r} "
+            "but it is not a directory"
         )
-    requirements = runtime.root / "requirements.txt"
-    if requirements.exists():
+    return not venv.exists() or not any(venv.iterdir())
+
+
+def install_commands(runtime: Runtime, create: bool) -> Iterator[tuple[str, list[str], str]]:
+    """(announcement, command, closing message) steps of the official pip toolchain's install:
+    the virtualenv (when `create`), pip's own tools, then requirements.txt if there is one."""
+    venv = runtime.virtualenv
+    if venv is not None and create:
         yield (
-            f"Installing dependencies from {requirements}",
-            [runtime.python, "-m", "pip", "install", "-r", str(requirements)],
+            "Creating virtual environment...",
+            [base_python(), "-m", "venv", str(venv)],
+            "Finished creating virtual environment",
         )
-    else:
-        yield f"No {requirements}: no dependencies to install", []
+    if venv is not None:
+        yield (
+            "Updating pip, setuptools, and wheel in virtual environment...",
+            [runtime.python, "-m", "pip", "install", "--upgrade", "pip", "setuptools", "wheel"],
+            "Finished updating",
+        )
+    if (runtime.workdir / "requirements.txt").exists():
+        yield (
+            "Installing dependencies in virtual environment...",
+            [runtime.python, "-m", "pip", "install", "-r", "requirements.txt"],
+            "Finished installing dependencies",
+        )
+
+
+def run_install(runtime: Runtime, create: bool) -> Iterator[tuple[str, bytes]]:
+    """Run `install_commands`, yielding ("stdout"|"stderr", line): the announcements and pip's
+    output as they come; CommandFailed or OSError on a failed step."""
+    for announcement, command, finished in install_commands(runtime, create):
+        yield "stdout", f"{announcement}\n".encode()
+        yield from stream_command(command, runtime.workdir, runtime.env())
+        yield "stdout", f"{finished}\n".encode()
+
+
+class EngineLog:
+    """Lines sent to the engine's log as ephemeral messages of one stream (the official host's
+    `createEngineWriters`): shown while an operation runs, as `pulumi` shows progress."""
+
+    def __init__(self, address: str | None) -> None:
+        self._stub = engine_pb2_grpc.EngineStub(grpc.insecure_channel(address)) if address else None
+        self._stream = random.randint(1, 2**31 - 1)
+
+    def write(self, stream: str, line: bytes) -> None:
+        text = line.decode(errors="replace")
+        if self._stub is None:
+            (sys.stdout if stream == "stdout" else sys.stderr).write(text)
+            return
+        severity = engine_pb2.INFO if stream == "stdout" else engine_pb2.ERROR
+        request = engine_pb2.LogRequest(
+            severity=severity, message=text, ephemeral=True, streamId=self._stream
+        )
+        with contextlib.suppress(grpc.RpcError):
+            self._stub.Log(request, timeout=30)
 
 
 def python_version(python: str) -> str:
@@ -346,6 +427,15 @@ class PythonLanguageHost(language_pb2_grpc.LanguageRuntimeServicer):
 
     def _plugins(self, runtime: Runtime, context: grpc.ServicerContext) -> list[dict[str, Any]]:
         try:
+            if needs_virtualenv(runtime):
+                log = EngineLog(self.host.engine_address)
+                for stream, line in run_install(runtime, create=True):
+                    log.write(stream, line)
+        except (CommandFailed, OSError) as exc:
+            context.abort(
+                grpc.StatusCode.UNKNOWN, f"creating the virtualenv {runtime.virtualenv}: {exc}"
+            )
+        try:
             return installed_plugins(runtime)
         except subprocess.CalledProcessError as exc:
             context.abort(
@@ -395,11 +485,13 @@ class PythonLanguageHost(language_pb2_grpc.LanguageRuntimeServicer):
                 f"toolchain {runtime.toolchain!r} is not supported by this language host (pip is)",
             )
         try:
-            for announcement, command in install_commands(runtime):
-                yield language_pb2.InstallDependenciesResponse(stdout=f"{announcement}\n".encode())
-                if command:
-                    for stream, line in stream_command(command, runtime.root, runtime.env()):
-                        yield language_pb2.InstallDependenciesResponse(**{stream: line})
+            yield language_pb2.InstallDependenciesResponse(stdout=b"Installing dependencies...\n\n")
+            create = runtime.virtualenv is not None and not Path(runtime.python).exists()
+            for stream, line in run_install(runtime, create):
+                yield language_pb2.InstallDependenciesResponse(**{stream: line})
+            yield language_pb2.InstallDependenciesResponse(
+                stdout=b"Finished installing dependencies\n\n"
+            )
         except (CommandFailed, OSError) as exc:
             context.abort(grpc.StatusCode.UNKNOWN, f"installing dependencies failed: {exc}")
 
@@ -452,7 +544,11 @@ def main(argv: list[str] | None = None) -> None:
     host = parse_args(sys.argv[1:] if argv is None else argv)
     # The engine stops its plugins with SIGINT: a normal end, not a crash worth a traceback.
     with contextlib.suppress(KeyboardInterrupt):
-        rpc.serve(language_pb2_grpc.add_LanguageRuntimeServicer_to_server, PythonLanguageHost(host))
+        rpc.serve(
+            language_pb2_grpc.add_LanguageRuntimeServicer_to_server,
+            PythonLanguageHost(host),
+            engine=host.engine_address,
+        )
 
 
 if __name__ == "__main__":

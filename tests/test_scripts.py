@@ -34,7 +34,7 @@ def test_install_uses_a_complete_official_installation_as_it_is(tmp_path):
     bin_dir = tmp_path / "official"
     bin_dir.mkdir()
     plugins = (
-        '[{"kind": "resource", "name": "docker", "version": "5.2.0"},'
+        '[{"kind": "resource", "name": "docker", "version": "5.1.0"},'
         ' {"kind": "resource", "name": "command", "version": "1.2.1"}]'
     )
     _fake(bin_dir, "pulumi", f"case \"$*\" in 'plugin ls --json') echo '{plugins}';; esac\n")

@@ -38,7 +38,8 @@ class HostPlan:
     @property
     def docker_env(self) -> dict[str, str]:
         """Environment for `docker` CLI calls that must reach this host's engine: the same
-        endpoint as the host's provider (DOCKER_HOST wins over an exported DOCKER_CONTEXT)."""
+        endpoint as the host's provider (for the CLI, DOCKER_HOST wins over a DOCKER_CONTEXT;
+        the program refuses an exported DOCKER_CONTEXT, which the provider would follow)."""
         return {"DOCKER_HOST": self.endpoint}
 
 

@@ -1,7 +1,7 @@
-"""Our `docker` resource provider: the part of pulumi-docker 5.2.0 the fleet uses, with the
+"""Our `docker` resource provider: the part of pulumi-docker 5.1.0 the fleet uses, with the
 real provider's semantics, against the real Docker engine.
 
-Served as plugin `docker` 5.2.0::
+Served as plugin `docker` 5.1.0::
 
     python -m pulumi_plugins.docker [flags] ENGINE_ADDRESS
 
@@ -10,7 +10,7 @@ Install it for a Pulumi home with an executable wrapper::
     #!/bin/sh
     PYTHONPATH=/work/main exec /work/main/.venv/bin/python -m pulumi_plugins.docker "$@"
 
-    pulumi plugin install resource docker 5.2.0 --file WRAPPER
+    pulumi plugin install resource docker 5.1.0 --file WRAPPER
 
 Resources: `docker:index/container:Container` and `docker:index/remoteImage:RemoteImage`
 (terraform-provider-docker behind the Pulumi bridge in the real provider) and
@@ -24,4 +24,4 @@ CLI and Engine API), `props` (Terraform-style check/diff), `container_schema` + 
 `image` + `context_digest`, `remote_image`.
 """
 
-VERSION = "5.2.0"
+VERSION = "5.1.0"

@@ -12,8 +12,9 @@ from pulumi_plugins.docker.server import DockerProvider
 
 
 def main(argv: list[str]) -> None:
-    provider = DockerProvider(rpc.engine_address(argv))
-    rpc.serve(provider_pb2_grpc.add_ResourceProviderServicer_to_server, provider)
+    engine = rpc.engine_address(argv)
+    provider = DockerProvider(engine)
+    rpc.serve(provider_pb2_grpc.add_ResourceProviderServicer_to_server, provider, engine=engine)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The provider's configuration (`docker.Provider(host=..., ...)`) and which endpoint each
-resource kind talks to, resolved as pulumi-docker 5.2.0 does.
+resource kind talks to, resolved as pulumi-docker 5.1.0 does.
 
     config = ProviderConfig.from_inputs({"host": "ssh://ops@gpu-1"}, environ=os.environ)
     config.endpoint(bridged=True)   # Container, RemoteImage (the Terraform provider's rules)

@@ -375,7 +375,17 @@ def test_an_exported_docker_context_is_refused_before_anything_is_registered(mon
     with pytest.raises(ConfigError, match="environment DOCKER_CONTEXT='remote-b'"):
         record_stack({"cards": "1"}, recording=recording)
     assert recording.resources == []
+
+
+def test_docker_context_default_is_refused_too(monkeypatch):
+    """pulumi-docker fails on DOCKER_CONTEXT=default ("context 'default' not found") at the
+    first container; the program says why before anything is registered."""
     monkeypatch.setenv("DOCKER_CONTEXT", "default")
+    recording = Recording()
+    with pytest.raises(ConfigError, match=r"DOCKER_CONTEXT='default'.*unset DOCKER_CONTEXT"):
+        record_stack({"cards": "1"}, recording=recording)
+    assert recording.resources == []
+    monkeypatch.setenv("DOCKER_CONTEXT", "")
     assert record_stack({"cards": "1"}).resources
 
 

@@ -5,7 +5,7 @@ first on PATH, holding a `pulumi-language-python` wrapper that runs our language
 tests put their wrappers there and install them::
 
     wrapper = pulumi_env.wrapper("pulumi-resource-docker", "-m", "pulumi_plugins.docker")
-    pulumi_env.run(["plugin", "install", "resource", "docker", "5.2.0", "--file", str(wrapper)])
+    pulumi_env.run(["plugin", "install", "resource", "docker", "5.1.0", "--file", str(wrapper)])
     project = pulumi_env.project("demo", "import pulumi\\npulumi.export('x', 1)\\n")
     pulumi_env.run(["stack", "init", "dev"], cwd=project)
 
@@ -84,6 +84,19 @@ class PulumiEnv:
         script.write_text(f'#!/bin/sh\nPYTHONPATH={repo} exec {command} "$@"\n')
         script.chmod(0o755)
         return script
+
+    def install_plugin(self, plugin: str, version: str) -> None:
+        """Our resource plugin `plugin` (pulumi_plugins.PLUGIN of this checkout) installed as
+        that version in this PULUMI_HOME, its wrapper kept off PATH (a plugin found on PATH
+        would be used, with a warning, instead of the installed one)."""
+        wrapper = self.root / "providers" / f"pulumi-resource-{plugin}"
+        wrapper.parent.mkdir(exist_ok=True)
+        python = shlex.join([sys.executable, "-m", f"pulumi_plugins.{plugin}"])
+        wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {python} "$@"\n')
+        wrapper.chmod(0o755)
+        install = ["plugin", "install", "resource", plugin, version, "--file", str(wrapper)]
+        result = self.run(install)
+        assert result.returncode == 0, result.stderr
 
     def project(
         self, name: str, program: str, virtualenv: Path | str = VIRTUALENV, **files: str

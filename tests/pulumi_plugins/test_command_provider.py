@@ -23,6 +23,7 @@ from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from pulumi_plugins import command, rpc
 from tests.pulumi_plugins.conftest import REPO, PulumiEnv
+from tests.pulumi_plugins.fake_engine import FakeEngine
 
 URN = "urn:pulumi:dev::demo::command:local:Command::hello"
 UPDATE = provider_pb2.PropertyDiff.UPDATE
@@ -666,8 +667,9 @@ def test_interrupting_pulumi_ends_a_running_command(cli: PulumiEnv) -> None:
 
 def test_the_module_runs_as_a_plugin() -> None:
     """`python -m pulumi_plugins.command ENGINE` announces a port and answers on it."""
+    engine = FakeEngine()
     process = subprocess.Popen(
-        [sys.executable, "-m", "pulumi_plugins.command", "127.0.0.1:1"],
+        [sys.executable, "-m", "pulumi_plugins.command", engine.address],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
@@ -684,3 +686,4 @@ def test_the_module_runs_as_a_plugin() -> None:
     finally:
         if process.poll() is None:
             process.kill()
+        engine.stop()

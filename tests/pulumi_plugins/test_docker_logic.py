@@ -13,11 +13,14 @@ from typing import Any
 
 import pytest
 
-from pulumi_plugins.docker import config, container, godur, image, props, remote_image
+from pulumi_plugins import command
+from pulumi_plugins.docker import VERSION, config, container, godur, image, props, remote_image
 from pulumi_plugins.docker.container_schema import create_body
 from pulumi_plugins.docker.container_state import state_from_inspect
 from pulumi_plugins.docker.context_digest import Matcher, context_digest, go_mode, read_ignore_file
 from pulumi_plugins.rpc import SECRET_SIG, SIG_KEY, UNKNOWN
+
+REPO = Path(__file__).resolve().parents[2]
 
 BASE = "paddleocr-fleet/base:bookworm"
 IMAGE_ID = "sha256:" + "ab" * 32
@@ -542,6 +545,18 @@ def test_cli_env_pins_the_endpoint(tmp_path: Path) -> None:
 
 
 def test_check_config_failures() -> None:
-    assert config.check_config({"host": "ssh://a", "version": "5.2.0"}) == []
+    assert config.check_config({"host": "ssh://a", "version": "5.1.0"}) == []
     failures = config.check_config({"host": "gpu-1:2375", "registryAuth": "[]", "sshOpts": "x"})
     assert [f.property for f in failures] == ["registryAuth", "host", "sshOpts"]
+
+
+def test_the_plugins_announce_the_versions_pyproject_pins() -> None:
+    """The program asks for the provider its Python SDK names (pyproject.toml's pin), and
+    install-pulumi.sh installs our plugin under that version: what the plugin says it is must
+    be the same, or its behaviour is claimed for a release it was not read from."""
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = dict(d.split("==", 1) for d in deps if "==" in d)
+    assert pins["pulumi-docker"] == VERSION
+    assert pins["pulumi-command"] == command.PLUGIN_VERSION

@@ -26,8 +26,10 @@ from google.protobuf import empty_pb2
 from google.rpc import status_pb2
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
+import pulumi_plugins.docker as docker_plugin
 from pulumi_plugins import rpc
 from tests.pulumi_plugins.conftest import REPO, PulumiEnv
+from tests.pulumi_plugins.fake_engine import FakeEngine
 
 BASE = "paddleocr-fleet/base:bookworm"
 SOCKET = "unix:///var/run/docker.sock"
@@ -91,8 +93,9 @@ def _inspect(name: str, kind: str = "container") -> dict[str, Any] | None:
 class Provider:
     def __init__(self) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.engine = FakeEngine()  # the plugin exits once its engine is gone
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pulumi_plugins.docker", "127.0.0.1:9"],
+            [sys.executable, "-m", "pulumi_plugins.docker", self.engine.address],
             stdout=subprocess.PIPE,
             env=env,
             cwd=REPO,
@@ -121,6 +124,7 @@ class Provider:
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
+        self.engine.stop()
 
 
 def urn(type_: str, name: str = "r") -> str:
@@ -136,7 +140,7 @@ def provider(engine: None) -> Iterator[Provider]:
 
 
 def test_plugin_reports_its_version(provider: Provider) -> None:
-    assert provider.stub.GetPluginInfo(empty_pb2.Empty()).version == "5.2.0"
+    assert provider.stub.GetPluginInfo(empty_pb2.Empty()).version == docker_plugin.VERSION
 
 
 def test_container_lifecycle(provider: Provider, prefix: str) -> None:
@@ -429,14 +433,15 @@ def _outputs(pulumi_env: PulumiEnv, project: Path) -> dict[str, Any]:
 
 
 def install_provider(pulumi_env: PulumiEnv) -> Path:
-    """Plugin `docker` 5.2.0 in the fixture's PULUMI_HOME, its wrapper kept off PATH (a plugin
-    found on PATH would be used, with a warning, instead of the installed one)."""
+    """Plugin `docker` (its pinned version) in the fixture's PULUMI_HOME, its wrapper kept off
+    PATH (a plugin found on PATH would be used, with a warning, instead of the installed one)."""
     wrapper = pulumi_env.root / "providers" / "pulumi-resource-docker"
     wrapper.parent.mkdir(exist_ok=True)
     python = shlex.join([sys.executable, "-m", "pulumi_plugins.docker"])
     wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec {python} "$@"\n')
     wrapper.chmod(0o755)
-    install = ["plugin", "install", "resource", "docker", "5.2.0", "--file", str(wrapper)]
+    version = docker_plugin.VERSION
+    install = ["plugin", "install", "resource", "docker", version, "--file", str(wrapper)]
     _ok(pulumi_env.run(install))
     return wrapper
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +13,9 @@ import pytest
 from google.protobuf import struct_pb2
 from pulumi.runtime.proto import language_pb2
 
+import pulumi_plugins.docker as docker_plugin
 from pulumi_plugins import langhost
-from tests.pulumi_plugins.conftest import PulumiEnv
+from tests.pulumi_plugins.conftest import REPO, PulumiEnv
 
 PROGRAM = """\
 import sys
@@ -57,7 +60,11 @@ def test_required_packages_are_the_virtualenvs_resource_plugins(tmp_path: Path) 
     )
     packages = host.GetRequiredPackages(request, context=None).packages  # type: ignore[arg-type]
     found = {(p.name, p.kind, p.version) for p in packages}
-    assert {("docker", "resource", "v5.2.0"), ("command", "resource", "v1.2.1")} <= found
+    expected = {
+        ("docker", "resource", f"v{docker_plugin.VERSION}"),
+        ("command", "resource", "v1.2.1"),
+    }
+    assert expected <= found
 
 
 @pytest.mark.parametrize(
@@ -128,7 +135,7 @@ def test_a_failing_program_fails_the_update_and_shows_why(
 
 
 def test_install_creates_the_virtualenv_and_about_describes_it(pulumi_env: PulumiEnv) -> None:
-    # No index: pip is already in a new virtualenv, so nothing goes over the network.
+    # The official steps: the virtualenv, pip/setuptools/wheel from the index, requirements.txt.
     project = pulumi_env.project(
         "installed",
         "import pulumi\n",
@@ -136,17 +143,72 @@ def test_install_creates_the_virtualenv_and_about_describes_it(pulumi_env: Pulum
         **{"requirements.txt": "--no-index\npip\n"},
     )
     shown = ok(pulumi_env.run(["install"], cwd=project))
-    assert f"Creating virtual environment in {project / 'venv'}" in shown
-    assert "Requirement already satisfied: pip" in shown
+    steps = [
+        "Installing dependencies...",
+        "Creating virtual environment...",
+        "Finished creating virtual environment",
+        "Updating pip, setuptools, and wheel in virtual environment...",
+        "Finished updating",
+        "Installing dependencies in virtual environment...",
+        "Requirement already satisfied: pip",
+        "Finished installing dependencies",
+    ]
+    at = 0
+    for step in steps:  # in this order
+        at = shown.find(step, at)
+        assert at >= 0, (step, shown)
 
     about = ok(pulumi_env.run(["about"], cwd=project))
     assert f"executable='{project / 'venv' / 'bin' / 'python'}'" in about
     assert "toolchain='pip'" in about
 
 
-def test_a_missing_virtualenv_asks_for_pulumi_install(pulumi_env: PulumiEnv) -> None:
-    project = pulumi_env.project("uninstalled", "import pulumi\n", virtualenv="venv")
+def test_the_first_preview_creates_a_missing_virtualenv(pulumi_env: PulumiEnv) -> None:
+    """As the official host: no `pulumi install` needed; the venv and requirements.txt's
+    packages are installed when the engine first asks for the program's packages."""
+    sdk = f"pulumi=={importlib.metadata.version('pulumi')}"
+    project = pulumi_env.project(
+        "uninstalled",
+        "import pulumi\npulumi.export('made', 'here')\n",
+        virtualenv="venv",
+        **{"requirements.txt": f"{sdk}\n"},
+    )
+    ok(pulumi_env.run(["stack", "init", "dev"], cwd=project))
+    shown = ok(pulumi_env.run(["preview"], cwd=project, timeout=600))
+    assert 'made: "here"' in shown
+    assert (project / "venv" / "bin" / "python").exists()
+
+
+def test_a_virtualenv_that_is_another_directory_is_not_touched(pulumi_env: PulumiEnv) -> None:
+    project = pulumi_env.project("not-a-venv", "import pulumi\n", virtualenv="venv")
+    (project / "venv").mkdir()
+    (project / "venv" / "notes.txt").write_text("mine\n")
     ok(pulumi_env.run(["stack", "init", "dev"], cwd=project))
     result = pulumi_env.run(["preview"], cwd=project)
     assert result.returncode != 0
     assert "Run `pulumi install`" in output(result)
+    assert sorted(p.name for p in (project / "venv").iterdir()) == ["notes.txt"]
+
+
+def test_the_fleet_project_previews_from_a_checkout_without_its_venv(
+    pulumi_env: PulumiEnv, tmp_path: Path
+) -> None:
+    """The README's operator steps with no `pulumi install`: the project as checked out (its own
+    Pulumi.yaml, `virtualenv: .venv`, requirements.txt `-e .`), and the first preview makes .venv
+    (slow: the project's packages come from the package index, or pip's cache)."""
+    project = tmp_path / "paddleocr-fleet"
+    project.mkdir()
+    for name in ("Pulumi.yaml", "__main__.py", "requirements.txt", "pyproject.toml"):
+        shutil.copy2(REPO / name, project / name)
+    for name in ("components", "config", "gateway", "fleetctl", "pulumi_plugins"):
+        shutil.copytree(REPO / name, project / name, ignore=shutil.ignore_patterns("__pycache__"))
+    pulumi_env.install_plugin("docker", docker_plugin.VERSION)
+    pulumi_env.install_plugin("command", "1.2.1")
+    ok(pulumi_env.run(["stack", "init", "dev"], cwd=project))
+    config = {"accelerator": "sim", "cards": "1", "allowOpenAccess": "true"}
+    for key, value in config.items():
+        ok(pulumi_env.run(["config", "set", key, value], cwd=project))
+    preview = pulumi_env.run(["preview"], cwd=project, timeout=1200)
+    ok(preview)
+    assert (project / ".venv" / "bin" / "python").exists()
+    assert "Traceback" not in output(preview)
