@@ -120,10 +120,11 @@ def drain(
     groups = by_gateway(fleet, insts)
     body = {"wait_s": wait_s, "ttl_s": ttl_s}
     return {
-        gw: _post(gw, "/admin/drain", {"upstreams": [i.url for i in members], **body}, token,
-                  wait_s + 30)
+        gw: _post(
+            gw, "/admin/drain", {"upstreams": [i.url for i in members], **body}, token, wait_s + 30
+        )
         for gw, members in groups.items()
-    }  # fmt: skip
+    }
 
 
 def undrain(fleet: Fleet, insts: list[Instance], token: str | None) -> dict[str, Any]:
@@ -183,8 +184,10 @@ def recycle(
         ok = True
         try:
             if left and not force:
-                say(f"{card}: {left} attempt(s) still in flight after {drain_wait_s:g}s; "
-                    "not restarted (--force restarts anyway)")  # fmt: skip
+                say(
+                    f"{card}: {left} attempt(s) still in flight after {drain_wait_s:g}s; "
+                    "not restarted (--force restarts anyway)"
+                )
                 return False
             say(f"{card}: drained" + (f" ({left} still in flight, --force)" if left else ""))
             for inst in members:
@@ -195,8 +198,9 @@ def recycle(
                     ok = False
             if ok:
                 say(f"{card}: waiting up to {ready_s:g}s for /health ...")
-                for inst, p in zip(members, asyncio.run(_ready(members, ready_s, poll_s)),
-                                   strict=True):  # fmt: skip
+                for inst, p in zip(
+                    members, asyncio.run(_ready(members, ready_s, poll_s)), strict=True
+                ):
                     say(f"  {inst.label} {inst.container}: {p.detail}")
                     ok &= p.ok
         finally:
