@@ -7,6 +7,9 @@
     fleetctl logs vllm|paddlex PORT [-n N] [-f] [--file]
     fleetctl npu                        npu-smi info / nvidia-smi per host
     fleetctl start-all                  start stopped containers and PaddleX services
+    fleetctl drain URL|PORT...|--card N give PaddleX instances no new work (gateway admin API)
+    fleetctl undrain URL|PORT...|--card N take them back in
+    fleetctl recycle PORT|--card N      restart PaddleX card by card: drain, restart, undrain
     fleetctl ocr INPUT... --out DIR     batch OCR through the gateway
 
 Topology: ``--outputs FILE`` (saved ``pulumi stack output --json``), else ``FLEETCTL_OUTPUTS``,
@@ -31,6 +34,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from fleetctl import batch, ops
+from fleetctl import drain as draining
 from fleetctl.auth import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, resolve
 from fleetctl.client import AsyncClient, RetryPolicy
 from fleetctl.docker import Docker, DockerError
@@ -122,6 +126,7 @@ def _parsers() -> argparse.ArgumentParser:
     )
     sa.add_argument("--wait", type=float, default=600.0, help="wait for /health (s)")
     sa.add_argument("--no-wait", action="store_true")
+    _drain_parsers(sub, topo, user, admin, js)
     o = sub.add_parser("ocr", parents=[topo, user], help="batch OCR files and folders to markdown")
     o.add_argument("inputs", nargs="+", metavar="INPUT", help="files and folders")
     o.add_argument("--out", required=True, type=Path, help="output root for the .md files")
@@ -170,6 +175,27 @@ def _parsers() -> argparse.ArgumentParser:
         "(default: the gateway's default rules)",
     )
     return p
+
+
+def _drain_parsers(sub: Any, *parents: argparse.ArgumentParser) -> None:
+    """``drain``, ``undrain`` and ``recycle``: PaddleX instances by URL, port or container
+    name, and/or ``--card`` (with ``--host``)."""
+    for name, helptext in (
+        ("drain", "give PaddleX instances no new work; wait for their requests in flight"),
+        ("undrain", "take drained PaddleX instances back in"),
+        ("recycle", "restart PaddleX instances card by card: drain, restart, /health, undrain"),
+    ):
+        d = sub.add_parser(name, parents=list(parents), help=helptext)
+        d.add_argument("targets", nargs="*", metavar="INSTANCE", help="URL, port or container")
+        d.add_argument("--card", type=_ints, action="extend", help="every PaddleX of card(s)")
+        d.add_argument("--host", action="append", help="the card's host")
+        if name == "drain":
+            d.add_argument("--wait", type=float, default=600.0, help="wait for requests (s)")
+            d.add_argument("--ttl", type=_seconds, default=3600.0, help="the drain ends after")
+        elif name == "recycle":
+            d.add_argument("--drain-wait", type=float, default=600.0, help="drain wait (s)")
+            d.add_argument("--wait", type=float, default=900.0, help="wait for /health (s)")
+            d.add_argument("--force", action="store_true", help="restart with requests left")
 
 
 def _count(value: str) -> int:
@@ -372,6 +398,48 @@ def cmd_start_all(fleet: Fleet, a: argparse.Namespace) -> int:
     return OK if ok else BAD
 
 
+def _print_drain(answers: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(answers, indent=2))
+        return
+    for gateway, answer in answers.items():
+        for u in answer.get("upstreams", []):
+            left = u.get("drained_for_s")
+            ttl = f", {left:.0f}s of drain left" if left is not None else ""
+            _say(f"{u['url']}: {u['state']}, {u['in_flight']} in flight{ttl} ({gateway})")
+
+
+def cmd_drain(fleet: Fleet, a: argparse.Namespace) -> int:
+    insts = draining.targets(fleet, a.targets, a.card, a.host)
+    answers = draining.drain(fleet, insts, resolve(a.token, a.admin_token).admin, a.wait, a.ttl)
+    _print_drain(answers, a.json)
+    left = sum(int(answer.get("in_flight", 0)) for answer in answers.values())
+    if left and not a.json:
+        _say(f"{left} request(s) still in flight after {a.wait:g}s (the drain holds)")
+    return BAD if left else OK
+
+
+def cmd_undrain(fleet: Fleet, a: argparse.Namespace) -> int:
+    insts = draining.targets(fleet, a.targets, a.card, a.host)
+    _print_drain(draining.undrain(fleet, insts, resolve(a.token, a.admin_token).admin), a.json)
+    return OK
+
+
+def cmd_recycle(fleet: Fleet, a: argparse.Namespace) -> int:
+    insts = draining.targets(fleet, a.targets, a.card, a.host)
+    ok = draining.recycle(
+        fleet,
+        insts,
+        resolve(a.token, a.admin_token).admin,
+        _say,
+        docker=Docker(),
+        drain_wait_s=a.drain_wait,
+        ready_s=a.wait,
+        force=a.force,
+    )
+    return OK if ok else BAD
+
+
 def cmd_ocr(a: argparse.Namespace) -> int:
     url = a.gateway or os.environ.get(GATEWAY_ENV)
     if not url:
@@ -444,6 +512,9 @@ COMMANDS = {
     "logs": cmd_logs,
     "npu": cmd_npu,
     "start-all": cmd_start_all,
+    "drain": cmd_drain,
+    "undrain": cmd_undrain,
+    "recycle": cmd_recycle,
 }
 
 
@@ -458,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TopologyError, batch.BatchError, TokenError, ConfigError) as e:
         print(f"fleetctl: {e}", file=sys.stderr)
         return USAGE
-    except DockerError as e:
+    except (DockerError, draining.DrainError) as e:
         print(f"fleetctl: {e}", file=sys.stderr)
         return BAD
     except KeyboardInterrupt:

@@ -67,6 +67,9 @@ def _gateway_view(
     state = str(u.get("state", "?"))
     flight = u.get("in_flight")
     text = state + (f", {flight} in flight" if flight else "")
+    if state in ("draining", "drained"):  # out of service on purpose (fleetctl drain)
+        left = u.get("drained_for_s")
+        return text + (f", {left:.0f}s left" if isinstance(left, int | float) else ""), True
     return text, state == "healthy"
 
 

@@ -2,7 +2,8 @@
 
 Routes (:mod:`gateway.routers`): ``POST /ocr``, ``POST /ocr-file``, ``POST /layout-parsing``,
 ``POST /restructure-pages`` (a user or admin bearer token when tokens are configured),
-``GET /health``, ``GET /ready`` (open), ``GET /upstreams``, ``GET /metrics`` (an admin token),
+``GET /health``, ``GET /ready`` (open), ``GET /upstreams``, ``GET /metrics``,
+``POST /admin/drain``, ``POST /admin/undrain`` (an admin token, :mod:`gateway.routers.drain`),
 and the official PaddleOCR API job routes under ``/api/v2/ocr/`` (:mod:`gateway.jobs`).
 Errors are ``{"error": {"code", "message", ...}, "request_id"}`` with a 4xx/5xx status
 (:mod:`gateway.errors`); ``/docs`` and ``/openapi.json`` describe every route's request and
@@ -31,7 +32,7 @@ from gateway.jobs import router as jobs_router
 from gateway.logs import flush_access_log
 from gateway.middleware import RequestContextMiddleware
 from gateway.occupancy import Seat
-from gateway.routers import admin, native, ocr
+from gateway.routers import admin, drain, native, ocr
 from gateway.runtime import Runtime
 from gateway.schemas import install_openapi
 from gateway.settings import Settings, load_settings
@@ -57,6 +58,8 @@ ROUTES = frozenset(
         "/ready",
         "/upstreams",
         "/metrics",
+        "/admin/drain",
+        "/admin/undrain",
         "/api/v2/ocr/jobs",
     }
 )
@@ -114,7 +117,7 @@ def create_app(
     app.wrap_hot(lambda inner: RequestContextMiddleware(inner, runtime=runtime, routes=ROUTES))
     app.state.hot = HotServer(app, runtime)
     install_exception_handlers(app)
-    for module in (ocr, native, admin, jobs_router):
+    for module in (ocr, native, admin, drain, jobs_router):
         app.include_router(module.router)
     install_openapi(app)
     return app

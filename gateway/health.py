@@ -58,18 +58,24 @@ class HealthChecker:
         cfg = self._pool.settings.health
         url = upstream.url + cfg.path
         timed_out = False
+        reachable: bool | None = True
         try:
             response = await self._client_getter().get(url, timeout=cfg.timeout_s)
             ok = response.status_code == 200
             error = None if ok else f"HTTP {response.status_code}"
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            ok, error, reachable = False, f"{type(exc).__name__}: {exc}", False
+            timed_out = isinstance(exc, httpx.ConnectTimeout)
         except httpx.TimeoutException:
-            ok, error, timed_out = False, f"timeout after {cfg.timeout_s}s", True
+            ok, error, timed_out, reachable = False, f"timeout after {cfg.timeout_s}s", True, None
         except httpx.HTTPError as exc:
-            ok, error = False, f"{type(exc).__name__}: {exc}"
+            ok, error, reachable = False, f"{type(exc).__name__}: {exc}", None
         if self._pool.get(upstream.url) is not upstream:  # no longer configured
             return False
         before = upstream.probe_healthy
-        again = self._pool.record_probe(upstream, ok, error, timed_out=timed_out)
+        again = self._pool.record_probe(
+            upstream, ok, error, timed_out=timed_out, reachable=reachable
+        )
         if before != upstream.probe_healthy:
             log.warning(
                 "upstream %s is now %s%s",

@@ -8,8 +8,9 @@ Names follow Prometheus conventions and Envoy's upstream stats:
   ``gateway_token_in_flight{token}``
 - ``gateway_upstream_rq_total{upstream,outcome}``, ``gateway_upstream_rq_active{upstream}``,
   ``gateway_upstream_rq_duration_seconds{upstream}`` (histogram)
-- ``gateway_upstream_healthy{upstream}`` (1 healthy, 0 unhealthy or ejected),
-  ``gateway_upstream_ejected{upstream}``, ``gateway_upstream_ejections_total{upstream}``
+- ``gateway_upstream_healthy{upstream}`` (1 healthy, 0 unhealthy, ejected or drained),
+  ``gateway_upstream_ejected{upstream}``, ``gateway_upstream_ejections_total{upstream}``,
+  ``gateway_upstream_drained{upstream}`` (1 drained or draining, :mod:`gateway.drain`)
 - ``gateway_health_checks_total{upstream,result}``
 - ``gateway_queue_depth``, ``gateway_queue_wait_seconds``, ``gateway_queue_rejected_total{reason}``
 - ``gateway_retries_total``, ``gateway_retry_overflow_total``, ``gateway_lb_panic``
@@ -121,13 +122,19 @@ class GatewayMetrics:
         )
         self.upstream_healthy = Gauge(
             "gateway_upstream_healthy",
-            "1 if the upstream is healthy and not ejected",
+            "1 if the upstream is healthy, not ejected and not drained",
             ["upstream"],
             registry=r,
         )
         self.upstream_ejected = Gauge(
             "gateway_upstream_ejected",
             "1 if the upstream is currently ejected",
+            ["upstream"],
+            registry=r,
+        )
+        self.upstream_drained = Gauge(
+            "gateway_upstream_drained",
+            "1 if the upstream is drained (no new work), its attempts in flight finishing or not",
             ["upstream"],
             registry=r,
         )
@@ -198,13 +205,21 @@ class GatewayMetrics:
     def refresh(self, gauges: Gauges) -> None:
         """Copy pool state into the gauges (labels of removed upstreams disappear)."""
         snapshot = gauges()
-        for gauge in (self.upstream_rq_active, self.upstream_healthy, self.upstream_ejected):
+        gauges_per_upstream = (
+            self.upstream_rq_active,
+            self.upstream_healthy,
+            self.upstream_ejected,
+            self.upstream_drained,
+        )
+        for gauge in gauges_per_upstream:
             gauge.clear()
         counts = {"healthy": 0, "unhealthy": 0, "ejected": 0}
         for url, in_flight, state in snapshot["upstreams"]:
             self.upstream_rq_active.labels(upstream=url).set(in_flight)
             self.upstream_healthy.labels(upstream=url).set(1 if state == "healthy" else 0)
             self.upstream_ejected.labels(upstream=url).set(1 if state == "ejected" else 0)
+            drained = state in ("draining", "drained")
+            self.upstream_drained.labels(upstream=url).set(1 if drained else 0)
             counts[state] = counts.get(state, 0) + 1
         for state, count in counts.items():
             self.upstreams_total.labels(state=state).set(count)

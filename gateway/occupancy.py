@@ -17,6 +17,9 @@ writes leaves them consistent again).
   enqueue time on the system-wide monotonic clock, the upstreams it excludes) and how many
   wait, so a free upstream can go to the oldest waiter of any worker
   (:mod:`gateway.handoff`).
+- **Drains**: per upstream slot, the system-wide monotonic clock until which the upstream is
+  drained (0: not drained; :mod:`gateway.drain`). Not per worker: a worker that dies leaves
+  them as they are, so a drain holds until it is undone or its deadline passes.
 - **Wake-ups**: one eventfd per worker; writing to a worker's makes its event loop run its
   dispatch (and answer a metrics request, :mod:`gateway.worker_metrics`).
 
@@ -53,7 +56,7 @@ _KEY = 16  # bytes of a slot key (a SHA-256 prefix of the URL or token name)
 _MAGIC = 0x4F434355
 
 # header (int32)
-_H_MAGIC, _H_WORKERS, _H_UPSTREAMS, _H_TOKENS, _H_METRICS_SEQ = range(5)
+_H_MAGIC, _H_WORKERS, _H_UPSTREAMS, _H_TOKENS, _H_METRICS_SEQ, _H_DRAINS = range(6)
 # per worker (int32): pid, ready, head priority, excluded count, waiting (interactive, job
 # slices), metrics done
 _W_PID, _W_READY, _W_PRIORITY, _W_EXCLUDED, _W_WAITING, _W_BACKGROUND, _W_METRICS = range(7)
@@ -101,6 +104,7 @@ class _Layout:
         self.token_in_flight = take(workers * MAX_TOKENS * 4)
         self.token_bucket = take(MAX_TOKENS * 8)
         self.token_stamp = take(MAX_TOKENS * 8)
+        self.drain_until = take(MAX_UPSTREAMS * 8)
 
 
 def slot_key(name: str) -> bytes:
@@ -288,6 +292,26 @@ class Seat:
         with self._t.lock():
             i32[self._row + slot] += delta
             i32[self._totals + slot] += delta
+
+    # ------------------------------------------------------------------ drains
+    def drain_until(self, slot: int) -> float:
+        """Until when (system-wide monotonic clock) the upstream in ``slot`` is drained; 0.0:
+        it is not."""
+        return self._t.f64[self._t.layout.drain_until // 8 + slot]
+
+    def set_drain(self, slot: int, until: float) -> None:
+        """Drain the upstream in ``slot`` until ``until`` (0.0: undrain it)."""
+        t = self._t
+        index = t.layout.drain_until // 8 + slot
+        with t.lock():
+            before = t.f64[index]
+            t.f64[index] = until
+            if bool(before) != bool(until):
+                t.set_header(_H_DRAINS, t.header(_H_DRAINS) + (1 if until else -1))
+
+    def drains(self) -> int:
+        """How many upstream slots hold a drain deadline (expired ones included)."""
+        return self._t.header(_H_DRAINS)
 
     # ------------------------------------------------------------------ tokens
     def token_slot(self, name: str) -> int:

@@ -19,7 +19,10 @@ it); it only changes upstream state and never does I/O. Three ways out of dispat
   cancelled (:meth:`PoolHealth.rescue`) so that their requests go elsewhere.
 
 In every case the panic threshold still applies: below ``panic_threshold_percent`` healthy
-upstreams the pool ignores health (see :meth:`gateway.pool.UpstreamPool.eligible`).
+upstreams the pool ignores health (see :meth:`gateway.pool.UpstreamPool.eligible`), except for
+upstreams known to be unreachable (``Upstream.unreachable``: their port refused the last
+connect, of an attempt or a probe): a refused connect is a fact, not a probe's opinion, and
+sending requests there only turns them into errors. With none left, requests wait.
 
 Usage::
 
@@ -92,6 +95,7 @@ class PoolHealth:
                 log.warning("upstream %s ejected after a connect error (%s)", u.url, reason)
             return
         u.recover_on_probe = True
+        u.unreachable = True
         u.probe_successes = 0
         if u.probe_healthy:
             u.probe_healthy = False
@@ -101,7 +105,13 @@ class PoolHealth:
 
     # ----------------------------------------------------------------- active health
     def record_probe(
-        self, u: Upstream, ok: bool, error: str | None = None, *, timed_out: bool = False
+        self,
+        u: Upstream,
+        ok: bool,
+        error: str | None = None,
+        *,
+        timed_out: bool = False,
+        reachable: bool | None = None,
     ) -> bool:
         """Apply one active probe result with the healthy/unhealthy thresholds.
 
@@ -114,6 +124,8 @@ class PoolHealth:
         first = not u.probe_checked
         u.probe_checked = True
         u.probe_timeouts = u.probe_timeouts + 1 if timed_out else 0
+        if ok or reachable is not None:
+            u.unreachable = not ok and reachable is False
         if ok:
             u.probe_failures = 0
             u.probe_successes += 1

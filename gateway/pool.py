@@ -10,9 +10,14 @@ wide), then the topology tie-break. All methods run on the event loop thread; th
 ones are atomic with respect to other coroutines.
 
 With a ``seat`` (one of several worker processes, :mod:`gateway.occupancy`) the in-flight counts
-that the concurrency limit and the load keys read are those of all workers, and a free upstream
-goes to the oldest waiter of any worker (:mod:`gateway.handoff`); health, ejection, service
-times and the retry budget stay this worker's own. Without one nothing is shared.
+that the concurrency limit and the load keys read are those of all workers, a free upstream
+goes to the oldest waiter of any worker (:mod:`gateway.handoff`), and drains
+(:mod:`gateway.drain`) hold in every worker; health, ejection, service times and the retry
+budget stay this worker's own. Without one nothing is shared.
+
+No capacity is a wait, not an error: when no upstream can take a request (all drained, all
+unreachable, the first deploy), it waits in the central queue, in every mode, until one comes
+back (undrained, a probe passes) or ``load_balance.queue_timeout_s`` runs out.
 
 Usage::
 
@@ -37,6 +42,7 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from gateway.central_queue import BACKGROUND, INTERACTIVE, RETRY, CentralQueue
+from gateway.drain import DrainTable, LocalDrains, SharedDrains
 from gateway.handoff import Handoff
 from gateway.metrics import GatewayMetrics
 from gateway.occupancy import Seat, SlotsExhausted
@@ -89,6 +95,7 @@ class UpstreamPool(PoolHealth):
         self._by_url: dict[str, Upstream] = {}
         self.queue = CentralQueue(metrics, clock=clock, retry_after=self.retry_after)
         self.handoff = None if seat is None else Handoff(seat, clock, self.kick)
+        self.drains: DrainTable = LocalDrains() if seat is None else SharedDrains(seat)
         # attempts in flight at an upstream: this process's, or all workers'
         self._count: Callable[[Upstream], int] = attrgetter("in_flight")
         self._load: dict[Hashable, int] = {}  # this process's leases per place (Upstream.places)
@@ -120,7 +127,7 @@ class UpstreamPool(PoolHealth):
             upstreams.append(current)
         if not settings.health.enabled:
             for u in upstreams:
-                u.probe_healthy, u.probe_failures = True, 0
+                u.probe_healthy, u.probe_failures, u.unreachable = True, 0, False
         self.upstreams = upstreams
         self._by_url = {u.url: u for u in upstreams}
         self._index_places()
@@ -175,15 +182,96 @@ class UpstreamPool(PoolHealth):
     def eligible(self, now: float | None = None) -> tuple[list[Upstream], bool]:
         """Upstreams that may receive traffic, and whether the panic threshold is hit.
 
-        In panic (fewer than ``panic_threshold_percent`` healthy, or none) health is ignored.
+        Drained upstreams never do. In panic (fewer than ``panic_threshold_percent`` of the
+        upstreams not drained are healthy, or none) health is ignored, except for upstreams
+        known to be unreachable; the list may then be empty (no capacity: requests wait).
         """
         now = self._clock() if now is None else now
-        healthy = [u for u in self.upstreams if u.probe_healthy and u.ejected_until <= now]
-        total = len(self.upstreams)
+        serving = self.in_service(now)
+        healthy = [u for u in serving if u.probe_healthy and u.ejected_until <= now]
+        total = len(serving)
         threshold = self.settings.outlier.panic_threshold_percent
         if total and (not healthy or len(healthy) * 100 < threshold * total):
-            return list(self.upstreams), True
+            return [u for u in serving if not u.unreachable], True
         return healthy, False
+
+    def in_service(self, now: float | None = None) -> list[Upstream]:
+        """The upstreams not drained (a drain past its deadline is undone here)."""
+        if not self.drains.active():
+            return self.upstreams
+        now = self._clock() if now is None else now
+        return [u for u in self.upstreams if not self._drained(u, now)]
+
+    def _drained(self, u: Upstream, now: float) -> bool:
+        until = self.drains.until(u)
+        if not until:
+            return False
+        if until > now:
+            return True
+        if self.handoff is None:
+            self.drains.set(u, 0.0)
+            log.warning("upstream %s: drain expired (ttl_s); back in service", u.url)
+        else:
+            with self.handoff.seat.lock():  # one worker undoes it and says so
+                if self.drains.until(u) == until:
+                    self.drains.set(u, 0.0)
+                    log.warning("upstream %s: drain expired (ttl_s); back in service", u.url)
+        return False
+
+    # ----------------------------------------------------------------- drains
+    def drain(self, upstreams: Collection[Upstream], ttl_s: float) -> None:
+        """Give ``upstreams`` no new work for ``ttl_s`` seconds (again: a new deadline)."""
+        until = self._clock() + ttl_s
+        for u in upstreams:
+            self.drains.set(u, until)
+
+    def undrain(self, upstreams: Collection[Upstream]) -> None:
+        """Take ``upstreams`` back in (idempotent) and serve the requests waiting for them, in
+        every worker."""
+        for u in upstreams:
+            self.drains.set(u, 0.0)
+        self._dispatch()
+        if self.handoff is not None:
+            seat = self.handoff.seat
+            for worker in seat.live():
+                if worker != seat.index:
+                    seat.wake(worker)
+
+    def drained_for(self, u: Upstream, now: float | None = None) -> float | None:
+        """Seconds left of ``u``'s drain, None when it is not drained."""
+        now = self._clock() if now is None else now
+        until = self.drains.until(u)
+        return until - now if until > now else None
+
+    def in_flight(self, u: Upstream) -> int:
+        """Attempts in flight at ``u`` (of every worker, with a seat)."""
+        return self._count(u)
+
+    def state(self, u: Upstream, now: float | None = None) -> str:
+        """``u``'s state: "draining"/"drained" (with/without attempts in flight), else its
+        health state (``Upstream.state``)."""
+        now = self._clock() if now is None else now
+        if self.drains.active() and self.drains.until(u) > now:
+            return "draining" if self._count(u) else "drained"
+        return u.state(now)
+
+    def capacity_problem(self) -> str | None:
+        """Why no upstream can take a request now, None when one can."""
+        now = self._clock()
+        if self.eligible(now)[0]:
+            return None
+        if not self.upstreams:
+            return "no upstreams configured"
+        states: dict[str, int] = {}
+        for u in self.upstreams:
+            state = self.state(u, now)
+            if state in ("draining", "drained"):
+                state = "drained"
+            elif u.unreachable:
+                state = "unreachable"
+            states[state] = states.get(state, 0) + 1
+        listing = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+        return f"no upstream can take requests: {listing} of {len(self.upstreams)}"
 
     def _counts(self, upstreams: Sequence[Upstream]) -> list[int]:
         """The attempts in flight at each of ``upstreams`` (of every worker, with a seat)."""
@@ -313,19 +401,23 @@ class UpstreamPool(PoolHealth):
         after ``timeout`` seconds. ``bypass_limit`` skips the concurrency limit (cheap calls
         such as ``/restructure-pages``). ``background`` (job slices): in ``queue`` mode it
         waits behind every interactive request, even for a free upstream.
+
+        With no upstream able to take it (none eligible: drained, unreachable), a request
+        waits in the queue in every mode, for one not in ``exclude`` to come back.
         """
         self._dispatch()
         eligible, _ = self.eligible()
         excluded = frozenset(exclude)
         candidates = [u for u in eligible if u.spec.url not in excluded] if excluded else eligible
-        if not candidates:
+        limit = self._limit()
+        if not candidates:  # none left to try (raise), or none can take it now (wait)
             if not self.upstreams:
                 raise NoUpstreamAvailable("no upstreams configured")
-            raise NoUpstreamAvailable("every upstream has been tried")
-        limit = self._limit()
-        if bypass_limit or limit == math.inf:
+            if eligible or all(u.url in excluded for u in self.upstreams):
+                raise NoUpstreamAvailable("every upstream has been tried")
+        elif bypass_limit or limit == math.inf:
             return self._lease(self._choose(candidates), limited=not bypass_limit)
-        if self.handoff is None:
+        elif self.handoff is None:
             free = [u for u in candidates if u.in_flight < limit]
             if free and not (background and self.queue.interactive_waiting):
                 return self._lease(self._choose(free))
@@ -452,6 +544,7 @@ class UpstreamPool(PoolHealth):
         now = self._clock()
         if outcome in GOOD_OUTCOMES:
             u.consecutive_failures = 0
+            u.unreachable = False
             if not u.is_ejected(now):
                 u.ejection_level = 0
             if outcome == "success":
@@ -512,7 +605,7 @@ class UpstreamPool(PoolHealth):
         now = self._clock()
         _, panic = self.eligible(now)
         return {
-            "upstreams": [(u.url, u.in_flight, u.state(now)) for u in self.upstreams],
+            "upstreams": [(u.url, u.in_flight, self.state(u, now)) for u in self.upstreams],
             "queue_depth": len(self.queue),
             "panic": panic,
         }
@@ -536,7 +629,8 @@ class UpstreamPool(PoolHealth):
                     "card": s.card,
                     "vllm": s.vllm,
                     "container": s.container,
-                    "state": u.state(now),
+                    "state": self.state(u, now),
+                    "drained_for_s": _rounded(self.drained_for(u, now)),
                     "in_flight": self._count(u),
                     "requests": {name: u.outcomes.get(name, 0) for name in OUTCOMES},
                     "ejections": u.ejections,
@@ -566,3 +660,7 @@ class UpstreamPool(PoolHealth):
                 "queue_depth": seat.waiting_per_worker(),
             }
         return doc
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)

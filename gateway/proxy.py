@@ -10,6 +10,12 @@ refuse it. So is a retry after a reset when the upstream's port then refuses con
 (the process died with the request in it). An upstream 4xx is not retried. When everything
 fails the caller gets 502 with each tried upstream and its reason.
 
+No capacity is a wait: when no upstream can take the request (all drained or unreachable), it
+waits in the central queue for one to come back, up to ``load_balance.queue_timeout_s``, then
+gets 503 ``no_capacity`` with ``Retry-After`` and the reason. An upstream whose port refused
+the connect (marked unreachable, health checks on) is not counted as tried: the request never
+reached it, and it may take it once it is back.
+
 Usage::
 
     proxy = Proxy(pool, client_getter=lambda: client)
@@ -125,10 +131,13 @@ class Proxy:
                         break
                     except (QueueFull, QueueTimeout) as exc:
                         code = "queue_full" if isinstance(exc, QueueFull) else "queue_timeout"
+                        why = str(exc)
+                        if code == "queue_timeout" and (problem := pool.capacity_problem()):
+                            code, why = "no_capacity", f"{problem} ({why})"
                         raise self._failed(
                             503,
                             code,
-                            str(exc),
+                            why,
                             attempts,
                             headers={"Retry-After": str(exc.retry_after)},
                         ) from None
@@ -141,7 +150,10 @@ class Proxy:
                 finally:
                     if charged:
                         pool.end_retry()
-                tried.add(lease.upstream.url)
+                if not lease.upstream.unreachable:
+                    # one whose port refused the connect never saw the request: once it is
+                    # back (a probe passes) it may take it, so a request waits for it
+                    tried.add(lease.upstream.url)
             else:
                 stop_reason = (
                     f"load_balance.max_attempts={settings.load_balance.max_attempts} reached"

@@ -148,7 +148,7 @@ class UpstreamState(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     url: str
-    state: Literal["healthy", "unhealthy", "ejected"]
+    state: Literal["healthy", "unhealthy", "ejected", "draining", "drained"]
     in_flight: int
     requests: dict[str, int]
 

@@ -68,6 +68,9 @@ class Upstream:
     probe_failures: int = 0
     probe_timeouts: int = 0  # consecutive probes that timed out
     recover_on_probe: bool = False  # marked down by a connect error: one passing probe restores
+    # its port refused (or timed out) the last connect, by an attempt or a probe, and nothing
+    # answered since: even panic routing does not send it work (health checks on only)
+    unreachable: bool = False
     last_error: str | None = None
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=512))
     ewma_s: float | None = None

@@ -67,6 +67,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.jobs")
 
 THROTTLED_POLL_S = 0.05  # how soon to look again while pages wait for a free upstream
+_WAITED = frozenset({"no_capacity", "queue_timeout", "queue_full"})  # 503s that are a wait
+_SAW = frozenset({"server_error", "timeout", "reset", "protocol_error"})  # failed there
 
 
 class JobRunner:
@@ -389,9 +391,13 @@ class JobRunner:
         """Give a failed slice back, split it, or fail its job (store calls: run in a thread)."""
         tried = [a.upstream for a in exc.details.get("attempts", []) if a.outcome != "success"]
         failed = sorted(set(claim.failed) | set(tried))
-        if exc.status == 503 and not tried and exc.code != "no_upstream":
-            # queue full or timed out: nothing was tried, try again later
-            self.store.retry_slice(claim, self.owner, claim.failed, counted=False, split=False)
+        if exc.code in _WAITED or (exc.status == 503 and not tried and exc.code != "no_upstream"):
+            # no instance could take it (all drained or down) or the queue was full: try again
+            # later, not counted (job slices wait out a rollout); an instance that failed it
+            # is still avoided, one that refused the connect never saw it
+            seen = [a.upstream for a in exc.details.get("attempts", []) if a.outcome in _SAW]
+            kept = sorted(set(claim.failed) | set(seen))
+            self.store.retry_slice(claim, self.owner, kept, counted=False, split=False)
             return
         everywhere = exc.code == "no_upstream" or claim.attempts + 1 >= self.jobs.slice_attempts
         if not everywhere:

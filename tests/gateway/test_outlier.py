@@ -46,12 +46,18 @@ def test_connect_error_without_health_checks_ejects_within_the_cap():
     assert u1.state(clock.now) == "healthy"  # 25 % of 4: one at most
 
 
-def test_mark_down_respects_the_panic_threshold():
+def test_panic_skips_upstreams_whose_port_refused():
+    """Below the panic threshold health is ignored, but not a refused connect: those would
+    only turn requests into errors."""
     pool = make_pool(4)
     for u in pool.upstreams[:3]:
         pool.mark_down(u, "connect error")
     eligible, panic = pool.eligible()
-    assert panic and len(eligible) == 4
+    assert panic and eligible == pool.upstreams[3:]
+    pool.mark_down(pool.upstreams[3], "connect error")
+    assert pool.eligible() == ([], True)  # no capacity: requests wait
+    pool.record_probe(pool.upstreams[0], False, "HTTP 503", reachable=True)
+    assert pool.eligible() == ([pool.upstreams[0]], True)  # it answers: panic may use it
 
 
 def test_probe_timeouts_with_work_in_flight_rescue_the_attempts():
