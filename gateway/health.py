@@ -48,6 +48,7 @@ class HealthChecker:
         self._task: asyncio.Task[None] | None = None
         self._next: dict[str, float] = {}  # url -> loop time of its next probe
         self._probing: dict[str, asyncio.Task[None]] = {}
+        self._drained: set[str] = set()  # urls drained at the last tick
 
     async def probe(self, upstream: Upstream) -> bool:
         """Probe one upstream and record the result in the pool.
@@ -85,6 +86,14 @@ class HealthChecker:
             )
         return again
 
+    async def recover(self, upstream: Upstream) -> bool:
+        """Probe an upstream taken back in after a drain: its probes failed while it was
+        restarted, and the caller (a rollout) has just seen it ready, so one passing probe makes
+        it healthy again instead of ``health.healthy_threshold`` probes ``interval_s`` apart."""
+        upstream.recover_on_probe = True
+        await self.probe(upstream)
+        return upstream.probe_healthy
+
     async def probe_all(self) -> None:
         """One probe round over the current upstream list."""
         upstreams = list(self._pool.upstreams)
@@ -105,9 +114,14 @@ class HealthChecker:
             log.error("health probe of %s failed", url, exc_info=task.exception())
 
     def _start_due_probes(self, now: float) -> None:
-        urls = set()
+        urls, drained = set(), set()
         for u in self._pool.upstreams:
             urls.add(u.url)
+            if self._pool.drained_for(u) is not None:
+                drained.add(u.url)
+            elif u.url in self._drained:  # undrained, maybe through another worker
+                u.recover_on_probe = True
+                self._next[u.url] = now
             if u.url in self._probing or now < self._next.get(u.url, now):
                 continue
             task = asyncio.get_running_loop().create_task(
@@ -115,6 +129,7 @@ class HealthChecker:
             )
             self._probing[u.url] = task
             task.add_done_callback(lambda t, url=u.url: self._probe_done(url, t))
+        self._drained = drained
         for url in [url for url in self._next if url not in urls]:
             del self._next[url]
 

@@ -158,4 +158,6 @@ async def drain(body: DrainRequest, runtime: RuntimeDep) -> JSONResponse:
 async def undrain(body: Selection, runtime: RuntimeDep) -> JSONResponse:
     upstreams = _chosen(runtime, body)
     runtime.pool.undrain(upstreams)
+    if runtime.pool.settings.health.enabled:
+        await asyncio.gather(*(runtime.health.recover(u) for u in upstreams))
     return JSONResponse({"upstreams": _describe(runtime, upstreams)})

@@ -307,3 +307,28 @@ def test_a_drain_holds_in_every_worker(tmp_path: Path):
                 assert [f.result(30).status_code for f in waiting] == [200] * 4
             for doc in gw.answers_from_every_worker(2).values():
                 assert [u["state"] for u in doc["upstreams"]] == ["healthy", "healthy"]
+
+
+def test_an_instance_restarted_while_drained_serves_as_soon_as_it_is_undrained(start_gateway):
+    """A rollout restarts a drained instance (its probes fail meanwhile) and undrains it once
+    ready: it takes work again at once, not after `healthy_threshold` probes `interval_s`
+    apart."""
+    health = {"interval_s": 1, "unhealthy_threshold": 1, "healthy_threshold": 5}
+    with DoubleFleet(2) as fleet:
+        restarted, other = fleet.urls
+        gw = start_gateway(gateway_config(fleet.urls, health=health))
+        assert gw.client.post("/admin/drain", json={"upstreams": [restarted]}).status_code == 200
+        fleet[0].stop()
+
+        def probed_down() -> bool:
+            doc = gw.client.get("/upstreams").json()["upstreams"]
+            entry = next(u for u in doc if u["url"] == restarted)
+            return (entry["last_error"] or "").startswith("health probe")
+
+        assert wait_for(probed_down)
+        fleet[0].start()
+        answer = gw.client.post("/admin/undrain", json={"upstreams": [restarted]})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["upstreams"][0]["state"] == "healthy"
+        served = {ocr(gw.client).json()["upstream"] for _ in range(6)}
+        assert served == {restarted, other}
