@@ -484,9 +484,11 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> None:
             base[key] = value
 
 
-def topology(settings: FleetSettings, plan: FleetPlan) -> dict[str, Any]:
-    """The `topology` stack output (shape in docs/architecture.md)."""
+def topology(settings: FleetSettings, plan: FleetPlan, stack: str | None = None) -> dict[str, Any]:
+    """The `topology` stack output (shape in docs/architecture.md); `stack` names the Pulumi
+    stack, so that `fleetctl` can name the command that repairs it."""
     return {
+        **({"stack": stack} if stack else {}),
         "served_model_name": settings.served_model_name,
         "hosts": [
             {

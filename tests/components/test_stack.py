@@ -233,7 +233,8 @@ def test_outputs_equal_the_plan(seed_stack):
     assert outputs["upstreams"] == plan.upstreams()
     assert outputs["vllm_endpoints"] == plan.vllm_endpoints()
     assert outputs["gateway_url"] == "http://127.0.0.1:9101"
-    assert outputs["topology"] == render.topology(settings, plan)
+    assert outputs["topology"] == render.topology(settings, plan, "test")
+    assert outputs["topology"]["stack"] == "test"  # fleetctl names the repair of this stack
     card0 = outputs["topology"]["hosts"][0]["cards"][0]
     assert card0["vllm"][0]["container"] == "vllm-ascend-paddleocr-9031-npu-0"
     assert [p["port"] for p in card0["vllm"][1]["paddlex"]] == [9156, 9166, 9176]
