@@ -82,6 +82,7 @@ def fleet(docker_engine):
         "gatewayContainerName": GATEWAY_NAME,
         "gatewayImage": "paddleocr-fleet/gateway:latest",
         "keeper": "false",
+        "gateway": json.dumps({"health": {"interval_s": 1}}),
         "vllmReadyTimeout": "120",
         "paddlexReadyTimeout": "120",
         "readyPollInterval": "1",
@@ -96,10 +97,17 @@ def fleet(docker_engine):
     try:
         yield Stack(stack, config)
     finally:
+        left, why = {}, ""
         if labelled_containers(STACK_LABEL):
-            stack.run(["destroy", "--stack", STACK, "--yes", "--non-interactive"], check=False)
+            done = stack.run(
+                ["destroy", "--stack", STACK, "--yes", "--non-interactive"], check=False
+            )
+            left, why = labelled_containers(STACK_LABEL), done.stdout[-3000:] + done.stderr[-2000:]
+            for name in left:  # a failed destroy leaves nothing running behind the test
+                docker("rm", "-f", name)
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(model_dir, ignore_errors=True)
+        assert not left, f"destroy left {sorted(left)}:\n{why}"
 
 
 def services(container: str) -> list[int]:
@@ -193,10 +201,11 @@ def test_a_stopped_vllm_is_started_and_waited_for_and_its_paddlex_service_restar
     assert "create-replacement" in touched["local-card-0-vllm-0-ready"]  # waited for again
     assert touched["local-card-0-paddlex-0-start"] == {"update"}
     assert len(services(paddlex.container_name)) == 1
-    deadline = time.monotonic() + 30  # the gateway's probes see it back
+    deadline = time.monotonic() + 60  # the gateway's probes see it back
     while set(gateway_states(fleet).values()) != {"healthy"} and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert set(gateway_states(fleet).values()) == {"healthy"}
+    upstreams = httpx.get(f"{plan.gateway.url}/upstreams", headers=ADMIN, timeout=10).text
+    assert set(gateway_states(fleet).values()) == {"healthy"}, upstreams
 
 
 def fleetctl(fleet: Stack, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
