@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
+import pulumi_command as command
 import pulumi_docker as docker
 
 from components.plan import HostPlan
-from components.render import MODEL_DIR_IN_CONTAINER
+from components.render import MODEL_DIR_IN_CONTAINER, container_started_command
 from components.settings import FleetSettings
 
 ROLE_LABEL = "paddleocr-fleet.role"
@@ -79,3 +80,17 @@ def child_opts(parent: pulumi.Resource, provider: pulumi.ProviderResource | None
     return pulumi.ResourceOptions(
         parent=parent, provider=provider, delete_before_replace=True, **extra
     )
+
+
+def last_started(container: docker.Container, name: str, host: HostPlan) -> pulumi.Output[str]:
+    """When `container` last started, and whether it runs, as its engine says now: read on
+    every preview and update (the `command:local:run` invoke), once the container's own step
+    is done. The docker provider has no output that changes when a stopped container is started
+    again (`mustRun` reads `true` before the stop and after the start), so a readiness wait
+    holds this among its triggers to run again after such a start; a container that has not
+    started again costs one `docker inspect` and changes nothing."""
+    return command.local.run_output(
+        command=container.id.apply(lambda cid: container_started_command(cid, name)),
+        environment=host.docker_env,
+        logging=command.local.Logging.NONE,
+    ).stdout

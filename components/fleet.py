@@ -139,7 +139,7 @@ class Fleet:
         else:
             outputs["gateway_url"] = self.balancer.url
             outputs["gateways"] = [g.url for g in self.gateways]
-        outputs["topology"] = render.topology(self.settings, self.plan)
+        outputs["topology"] = render.topology(self.settings, self.plan, pulumi.get_stack())
         return outputs
 
 

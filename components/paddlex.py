@@ -14,6 +14,9 @@ from components.plan import PaddlexInstance
 from components.settings import FleetSettings
 from components.vllm import VllmServer
 
+RECHECK_CONTAINER = "PADDLEOCR_FLEET_CONTAINER_STARTED"
+RECHECK_VLLM = "PADDLEOCR_FLEET_VLLM_READY"
+
 
 @dataclass
 class PaddlexServerArgs:
@@ -67,14 +70,23 @@ class PaddlexServer(pulumi.ComponentResource):
         )
         start = render.paddlex_start_command(settings, paddlex)
         stop = render.paddlex_stop_command(paddlex)
+        started = containers.last_started(self.container, paddlex.container_name, paddlex.host)
         self.start = command.local.Command(
             f"{name}-start",
             create=start,
+            # pulumi-command runs `update` on a change of any input that is not a trigger; the
+            # start script leaves a running service alone, so running it again is safe.
+            update=start,
             delete=stop,
-            environment=paddlex.host.docker_env,
-            # pulumi-command runs a changed `create` again in place (it has no `update` here),
-            # which would start a second service: a changed command replaces instead, and the
-            # replacement stops the old service first.
+            environment={
+                **paddlex.host.docker_env,
+                # Not read by the script: a start of either container, or a vLLM waited for
+                # again, changes them and so re-runs the start (a service that died is started).
+                RECHECK_CONTAINER: started,
+                RECHECK_VLLM: args.vllm.ready.id,
+            },
+            # A changed command replaces instead, and the replacement stops the old service
+            # first; so does a replaced container of its own or of its vLLM.
             triggers=[
                 self.container.id,
                 args.vllm.container.id,
@@ -90,7 +102,9 @@ class PaddlexServer(pulumi.ComponentResource):
             f"{name}-ready",
             create=render.paddlex_ready_command(settings, paddlex),
             environment=paddlex.host.docker_env,
-            triggers=[self.container.id, self.start.id],  # a service started again is waited for
+            # A service started again, or checked again after a start of its container or of
+            # its vLLM, is waited for.
+            triggers=[self.container.id, self.start.id, started, args.vllm.ready.id],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.start]),
         )
         self.url = self.ready.stdout.apply(lambda _: paddlex.url)

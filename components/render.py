@@ -137,10 +137,16 @@ def paddlex_argv(settings: FleetSettings, paddlex: PaddlexInstance) -> list[str]
 
 STOP_WAIT_S = 30
 """How long a stop waits for the PaddleX service to exit before it kills it."""
+START_LOCK_WAIT_S = 60
+"""How long a starter waits for another one of the same instance to have recorded its pid."""
 
 
 def pid_file(paddlex: PaddlexInstance) -> str:
     return f"/tmp/paddlex-{paddlex.port}.pid"
+
+
+def lock_file(paddlex: PaddlexInstance) -> str:
+    return f"/tmp/paddlex-{paddlex.port}.lock"
 
 
 def paddlex_idle_argv(paddlex: PaddlexInstance) -> list[str]:
@@ -156,21 +162,61 @@ def paddlex_idle_argv(paddlex: PaddlexInstance) -> list[str]:
     ]
 
 
+def _is_service(paddlex: PaddlexInstance, pid: str) -> str:
+    """A shell test: process `pid` lives and is this instance's service (its starter script, or
+    the server it became), not the caller itself. Pids restart at 1 in a restarted container,
+    so a stale pid file may name any process, the caller included."""
+    markers = (paddlex.service_script_path, paddlex.pipeline_config_path)
+    grep = shlex.join(["grep", "-qF", *(arg for m in markers for arg in ("-e", m))])
+    return (
+        f'[ -n "{pid}" ] && [ "{pid}" != "$$" ] && kill -0 "{pid}" 2>/dev/null && '
+        f"tr '\\0' ' ' < /proc/{pid}/cmdline 2>/dev/null | {grep}"
+    )
+
+
 def paddlex_service_script(settings: FleetSettings, paddlex: PaddlexInstance) -> str:
-    """What runs inside the PaddleX container: set up, then exec the server, logging to /data."""
+    """What runs inside the PaddleX container: set up, then exec the server, logging to /data.
+
+    At most one service per container, however often and from wherever it is started (the
+    start command, an update of it, the container's restart, `fleetctl restart`): under a lock,
+    a starter that finds the service of the pid file alive leaves it alone; otherwise it
+    records its own pid and becomes the service. A second server would fail on the held port,
+    but only after overwriting the pid file, and the stop command could then not end the
+    running one.
+    """
     log_dir = paddlex.log_path.rsplit("/", 1)[0]
+    pid, log = pid_file(paddlex), paddlex.log_path
+    # flock: util-linux, in every Debian/Ubuntu/openEuler image; without it, no serialisation.
+    lock = (
+        f"exec 9>>{lock_file(paddlex)} || exit 1\n"
+        f"if command -v flock >/dev/null 2>&1; then flock -w {START_LOCK_WAIT_S} 9 || exit 1; fi"
+    )
+    running = (
+        f"p=$(cat {pid} 2>/dev/null); if {_is_service(paddlex, '$p')}; then "
+        f'echo "$(date -u +%FT%TZ) paddleocr-fleet: the service already runs as pid $p" >> {log}; '
+        "exit 0; fi"
+    )
     steps = [
         paddlex.host.kind.paddlex_shell_setup,
-        f"mkdir -p {log_dir}",
-        f"echo $$ > {pid_file(paddlex)}",
-        f"exec {shlex.join(paddlex_argv(settings, paddlex))} >> {paddlex.log_path} 2>&1",
+        f"exec {shlex.join(paddlex_argv(settings, paddlex))} >> {log} 2>&1",
     ]
-    return " && ".join(step for step in steps if step)
+    return "\n".join(
+        [
+            f"mkdir -p {log_dir} || exit 1",
+            lock,
+            running,
+            f"echo $$ > {pid}",
+            "exec 9>&-",  # the lock is for starters only: the service must not hold it
+            " && ".join(step for step in steps if step),
+        ]
+    )
 
 
 def paddlex_start_command(settings: FleetSettings, paddlex: PaddlexInstance) -> str:
     """Keeps the service script in the container (written as root, so a non-root image cannot
-    make it fail silently) and starts it with `docker exec -d` as the image's user."""
+    make it fail silently) and starts it with `docker exec -d` as the image's user. Running it
+    again while the service runs changes nothing (`paddlex_service_script`), so it is the start
+    command's `update` too: any input change that is not a trigger re-runs it."""
     script, path = paddlex_service_script(settings, paddlex), paddlex.service_script_path
     directory = path.rsplit("/", 1)[0]
     keep = f"mkdir -p {directory} && printf '%s\\n' {shlex.quote(script)} > {path}"
@@ -181,13 +227,15 @@ def paddlex_start_command(settings: FleetSettings, paddlex: PaddlexInstance) -> 
 
 def paddlex_stop_command(paddlex: PaddlexInstance) -> str:
     """Stops the service that `paddlex_start_command` started and waits (bounded) until it has
-    exited, so that a service started next finds its port free; harmless if it is gone."""
+    exited, so that a service started next finds its port free; harmless if it is gone, and a
+    stale pid file naming another process (after a container restart) kills nothing."""
     pid, path = pid_file(paddlex), paddlex.service_script_path
     script = (
-        f"rm -f {path}; p=$(cat {pid} 2>/dev/null) || exit 0; kill $p 2>/dev/null; "
+        f"rm -f {path}; p=$(cat {pid} 2>/dev/null) || exit 0; "
+        f"if {_is_service(paddlex, '$p')}; then kill $p 2>/dev/null; "
         f"i=0; while kill -0 $p 2>/dev/null && [ $i -lt {STOP_WAIT_S * 10} ]; do "
         "sleep 0.1; i=$((i+1)); done; "
-        f"kill -9 $p 2>/dev/null; rm -f {pid}"
+        f"kill -9 $p 2>/dev/null; fi; rm -f {pid}"
     )
     return shlex.join(["docker", "exec", paddlex.container_name, "bash", "-c", script]) + (
         " >/dev/null 2>&1 || true"
@@ -241,7 +289,8 @@ def wait_for_http(
             f"deadline=$(( $(date +%s) + {timeout_s} ))",
             f"until {check} >/dev/null 2>&1; do",
             f'  if [ "$({running})" != "true" ]; then',
-            f'    echo {failure}" is not running; its log: "{hint} >&2; exit 1',
+            f'    echo {failure}" is not running (stopped outside Pulumi? `pulumi up --refresh`'
+            f' starts it); its log: "{hint} >&2; exit 1',
             "  fi",
             '  if [ "$(date +%s)" -ge "$deadline" ]; then',
             f'    echo {failure}" not ready at "{shlex.quote(url)}" after {timeout_s} s; '
@@ -251,6 +300,27 @@ def wait_for_http(
             "done",
             f"echo {shlex.quote(f'{what} ready at {url}')}",
         ]
+    )
+
+
+def container_started_command(container_id: str, container: str) -> str:
+    """Prints when the container last started and whether it runs (`2026-...Z running=true`).
+
+    Run on every preview and update (the `command:local:run` invoke): a readiness wait that
+    holds this among its triggers waits again after a start that Pulumi cannot see otherwise
+    (a stopped container started again by `pulumi up --refresh`, or by Docker itself). Fails,
+    naming the repair, when the container of the stack's state is gone from its engine.
+    """
+    fmt = "{{.State.StartedAt}} running={{.State.Running}}"
+    inspect = shlex.join(["docker", "inspect", "--type", "container", "-f", fmt, container_id])
+    missing = shlex.quote(
+        f"container {container} ({container_id[:12]}) is in the stack's state but not on its "
+        "engine (removed outside Pulumi): `pulumi up --refresh` creates it again"
+    )
+    return (
+        f'out=$({inspect} 2>&1) && {{ echo "$out"; exit 0; }}\n'
+        f'case "$out" in *"No such"*) echo {missing} >&2 ;; *) echo "$out" >&2 ;; esac\n'
+        "exit 1"
     )
 
 
@@ -425,9 +495,11 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> None:
             base[key] = value
 
 
-def topology(settings: FleetSettings, plan: FleetPlan) -> dict[str, Any]:
-    """The `topology` stack output (shape in docs/architecture.md)."""
+def topology(settings: FleetSettings, plan: FleetPlan, stack: str | None = None) -> dict[str, Any]:
+    """The `topology` stack output (shape in docs/architecture.md); `stack` names the Pulumi
+    stack, so that `fleetctl` can name the command that repairs it."""
     return {
+        **({"stack": stack} if stack else {}),
         "served_model_name": settings.served_model_name,
         "hosts": [
             {

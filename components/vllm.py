@@ -33,6 +33,8 @@ class VllmServer(pulumi.ComponentResource):
 
     url: pulumi.Output[str]
     ready: command.local.Command
+    started: pulumi.Output[str]
+    """When the container last started (see `containers.last_started`)."""
 
     def __init__(self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("paddleocr-fleet:fleet:VllmServer", name, {}, opts)
@@ -55,11 +57,14 @@ class VllmServer(pulumi.ComponentResource):
             destroy_grace_seconds=containers.STOP_GRACE_S,
             opts=containers.child_opts(self, args.provider, depends_on=args.after),
         )
+        self.started = containers.last_started(self.container, vllm.container_name, vllm.host)
         self.ready = command.local.Command(
             f"{name}-ready",
             create=render.vllm_ready_command(settings, vllm),
             environment=vllm.host.docker_env,
-            triggers=[self.container.id],
+            # A replaced container, and one started again (`pulumi up --refresh` after a
+            # `docker stop`, a host reboot): `up` ends only once the model is loaded again.
+            triggers=[self.container.id, self.started],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.container]),
         )
         self.url = self.ready.stdout.apply(lambda _: vllm.url)

@@ -255,10 +255,13 @@ def cmd_status(fleet: Fleet, a: argparse.Namespace) -> int:
     bad = [r for r in rows if not r["ok"]]
     refused = next((r["gateway_error"] for r in rows if "gateway_error" in r), None)
     failed = bool(bad) or refused is not None
+    repair = ops.repair(rows, a.stack or fleet.stack)
     if a.json:
         doc: dict[str, Any] = {"ok": not failed, "instances": rows}
         if refused:
             doc["gateway_error"] = refused
+        if repair:
+            doc["repair"] = repair
         print(json.dumps(doc, indent=2))
         return BAD if failed else OK
     cols = [
@@ -299,7 +302,21 @@ def cmd_status(fleet: Fleet, a: argparse.Namespace) -> int:
         f"{len(rows) - len(bad)}/{len(rows)} healthy"
         + ("; unhealthy: " + ", ".join(f"{r['kind']} {r['port']}" for r in bad) if bad else "")
     )
+    _print_repair(out, repair)
     return BAD if failed else OK
+
+
+def _print_repair(out: Console, repair: dict[str, Any] | None) -> None:
+    """Names the missing or stopped containers and the one command that repairs them."""
+    if not repair:
+        return
+    names = ", ".join(f"{c['container']} ({c['state']})" for c in repair["containers"])
+    out.print(f"[red]missing or stopped containers: {escape(names)}[/]")
+    out.print(
+        f"repair: {escape(repair['command'])}  (creates missing containers, starts stopped "
+        "ones and waits until they serve; a plain `pulumi up` does so only where the project "
+        "refreshes first, as this project's Pulumi.yaml says)"
+    )
 
 
 def cmd_ports(fleet: Fleet, a: argparse.Namespace) -> int:
@@ -344,10 +361,16 @@ def cmd_ports(fleet: Fleet, a: argparse.Namespace) -> int:
 
 def cmd_verify(fleet: Fleet, a: argparse.Namespace) -> int:
     token = resolve(a.token, a.admin_token).user
-    rows = asyncio.run(ops.verify(fleet, _selection(fleet, a), a.timeout, a.concurrency, token))
+    insts = _selection(fleet, a)
+    rows = asyncio.run(ops.verify(fleet, insts, a.timeout, a.concurrency, token))
+    rows = ops.with_container_states(rows, insts, Docker())
     bad = [r for r in rows if not r["ok"]]
+    repair = ops.repair(rows, a.stack or fleet.stack)
     if a.json:
-        print(json.dumps({"ok": not bad, "checks": rows}, indent=2))
+        doc: dict[str, Any] = {"ok": not bad, "checks": rows}
+        if repair:
+            doc["repair"] = repair
+        print(json.dumps(doc, indent=2))
     else:
         out = _console()
         out.print(
@@ -371,6 +394,7 @@ def cmd_verify(fleet: Fleet, a: argparse.Namespace) -> int:
             )
         )
         out.print(f"{len(rows) - len(bad)}/{len(rows)} passed")
+        _print_repair(out, repair)
     return BAD if bad else OK
 
 

@@ -48,6 +48,52 @@ def container_states(
     return out
 
 
+DRIFT_STATUSES = ("missing", "exited", "created", "dead")
+"""Container states that `pulumi up --refresh` repairs: it creates a container its engine lost
+and starts a stopped one (then waits for it), where a plain `up` without a refresh sees the
+state it recorded and changes nothing."""
+
+
+def repair_command(stack: str | None) -> str:
+    return "pulumi up --refresh" + (f" --stack {stack}" if stack else "")
+
+
+def repair(rows: list[dict[str, Any]], stack: str | None) -> dict[str, Any] | None:
+    """The containers of `rows` that are missing or stopped (``container_status``), and the
+    command that repairs them; None when there are none."""
+    drifted = [r for r in rows if r.get("container_status") in DRIFT_STATUSES]
+    if not drifted:
+        return None
+    return {
+        "containers": [
+            {"container": r["container"], "host": r["host"], "state": r["container_state"]}
+            for r in drifted
+        ],
+        "command": repair_command(stack),
+    }
+
+
+def with_container_states(
+    rows: list[dict[str, Any]], insts: list[Instance], docker: Docker
+) -> list[dict[str, Any]]:
+    """`rows` (one per instance, in order) with each container's ``container_status``."""
+    states = container_states(docker, insts)
+    out = []
+    for row, inst in zip(rows, insts, strict=True):
+        st = states[(inst.host, inst.container)]
+        status = st.status if isinstance(st, ContainerState) else None
+        state = st.describe() if isinstance(st, ContainerState) else st
+        out.append(
+            {
+                **row,
+                "container": inst.container,
+                "container_state": state,
+                "container_status": status,
+            }
+        )
+    return out
+
+
 def _gateway_view(
     inst: Instance, ups: dict[str, dict[str, Any]] | None, summary: str
 ) -> tuple[str, bool]:
@@ -123,6 +169,7 @@ async def status(
                 "url": inst.url,
                 "container": inst.container,
                 "container_state": cstate,
+                "container_status": st.status if isinstance(st, ContainerState) else None,
                 "health": h.detail,
                 "vllm": inst.vllm_port,
                 "gateway": view,

@@ -65,6 +65,8 @@ class Fleet:
     instances: list[Instance]
     gateway_url: str | None
     hosts: list[dict[str, Any]] = field(default_factory=list)
+    stack: str | None = None
+    """The Pulumi stack that deployed it (the topology's `stack`), for repair commands."""
 
     @property
     def gateway(self) -> Instance | None:
@@ -275,6 +277,7 @@ def parse_fleet(outputs: dict[str, Any]) -> Fleet:
         instances=instances,
         gateway_url=gateway_url.rstrip("/") if gateway_url else None,
         hosts=list(hosts),
+        stack=topo.get("stack") or None,
     )
 
 

@@ -32,6 +32,8 @@ REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
 STACK_REFERENCE = "pulumi:pulumi:StackReference"
 COMMAND = "command:local:Command"
 PROVIDER = "pulumi:providers:docker"
+RUN = "command:local:run"
+MOCK_STARTED = "2026-01-01T00:00:00.000000000Z running=true"
 
 
 @dataclass
@@ -54,6 +56,8 @@ class Registration:
 class Recording:
     resources: list[Registration] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """Each invoke: (token, arguments)."""
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]
@@ -72,9 +76,15 @@ class _Mocks(pulumi.runtime.Mocks):
     """Every custom resource gets a stable id and echoes its inputs; commands print `ok` (in a
     preview, like the engine, their output is not known yet)."""
 
-    def __init__(self, preview: bool, previous_outputs: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        preview: bool,
+        previous_outputs: dict[str, Any] | None = None,
+        recording: Recording | None = None,
+    ):
         self.preview = preview
         self.previous_outputs = previous_outputs or {}
+        self.recording = recording
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         state = dict(args.inputs)
@@ -92,6 +102,10 @@ class _Mocks(pulumi.runtime.Mocks):
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs):
+        if self.recording is not None:
+            self.recording.calls.append((args.token, dict(args.args)))
+        if args.token == RUN:  # the containers' start times (`containers.last_started`)
+            return {**args.args, "stdout": MOCK_STARTED, "stderr": ""}
         return {}
 
 
@@ -150,7 +164,7 @@ def record_stack(
         {f"{PROJECT}:{k}": v for k, v in config.items()},
         [f"{PROJECT}:{k}" for k in secrets],
     )
-    mocks = _Mocks(preview, previous_outputs)
+    mocks = _Mocks(preview, previous_outputs, recording)
     pulumi_mocks.set_mocks(
         mocks,
         project=PROJECT,

@@ -299,6 +299,85 @@ def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
     )
 
 
+def _servers(paddlex) -> list[int]:
+    """Pids of the fake `paddlex` servers of this instance (each keeps its argv)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if (
+                    b"import time; time.sleep(60)" in argv
+                    and paddlex.pipeline_config_path.encode() in argv
+                ):
+                    found.append(int(entry.name))
+    return found
+
+
+def test_starting_again_or_at_once_leaves_one_service_the_pid_file_names(
+    shell_env, tmp_path, monkeypatch
+):
+    env, bin_dir, _ = shell_env
+    argv_file = _container_paths(tmp_path, bin_dir, monkeypatch)
+    settings, plan = _settings_on(free_port())
+    paddlex = plan.paddlex[0]
+    start = ["/bin/sh", "-c", render.paddlex_start_command(settings, paddlex)]
+    # Three starts at once (a container restart racing `fleetctl restart`), then an update.
+    for process in [subprocess.Popen(start, env=env) for _ in range(3)]:
+        assert process.wait(timeout=30) == 0
+    assert wait_for(lambda: _line_in(argv_file) and len(_servers(paddlex)) >= 1)
+    subprocess.run(start, env=env, check=True)
+    time.sleep(1.5)  # room for a second server to appear
+    servers = _servers(paddlex)
+    try:
+        assert len(servers) == 1, f"{len(servers)} services of one instance"
+        assert int(Path(render.pid_file(paddlex)).read_text()) == servers[0]
+        assert "already runs as pid" in Path(paddlex.log_path).read_text()
+        subprocess.run(["/bin/sh", "-c", render.paddlex_stop_command(paddlex)], env=env, check=True)
+        assert wait_for(lambda: not _servers(paddlex))
+    finally:
+        for pid in _servers(paddlex):
+            os.kill(pid, 9)
+
+
+def test_a_stale_pid_file_naming_another_process_is_left_alone_by_the_stop(
+    shell_env, tmp_path, monkeypatch
+):
+    """In a restarted container pids start again at 1: the pid file may name any process."""
+    env, bin_dir, _ = shell_env
+    _container_paths(tmp_path, bin_dir, monkeypatch)
+    _, plan = _settings_on(free_port())
+    paddlex = plan.paddlex[0]
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        Path(render.pid_file(paddlex)).write_text(f"{other.pid}\n")
+        subprocess.run(["/bin/sh", "-c", render.paddlex_stop_command(paddlex)], env=env, check=True)
+        assert other.poll() is None, "the stop killed a process that is not the service"
+        assert not Path(render.pid_file(paddlex)).exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_containers_start_time_is_read_and_a_missing_one_names_the_repair(shell_env):
+    env, _, log = shell_env
+    command = render.container_started_command("0123456789abcdef", "paddle-9120-sim-0")
+    found = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True)
+    assert (found.returncode, found.stdout) == (0, "true\n")  # the fake prints its state
+    argv = json.loads(log.read_text().splitlines()[-1])["argv"]
+    assert argv[:3] == ["inspect", "--type", "container"] and argv[-1] == "0123456789abcdef"
+    assert "{{.State.StartedAt}}" in argv[-2]
+    missing = subprocess.run(
+        ["/bin/sh", "-c", command],
+        env={**env, "FAKE_DOCKER_MISSING": "1"},
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 1
+    assert "paddle-9120-sim-0 (0123456789ab) is in the stack's state" in missing.stderr
+    assert "`pulumi up --refresh` creates it again" in missing.stderr
+
+
 def _text(path: Path) -> str:
     try:
         return path.read_text()
@@ -313,14 +392,16 @@ def _line_in(path: Path) -> bool:
 
 def _container_paths(tmp_path: Path, bin_dir: Path, monkeypatch) -> Path:
     """Point the container's config and log folders at tmp_path; a fake `paddlex` on PATH
-    records its argv (and a variable from ~/.bashrc) and serves until killed."""
+    records its argv (and a variable from ~/.bashrc) and serves until killed, keeping its
+    argv as a real server does (the stop command recognises its service by it)."""
     monkeypatch.setattr(plan_module, "LOG_DIR_IN_CONTAINER", str(tmp_path / "logs"))
     monkeypatch.setattr(plan_module, "CONFIG_DIR_IN_CONTAINER", str(tmp_path / "etc"))
     (tmp_path / "etc").mkdir()
     argv_file = tmp_path / "paddlex.argv"
     _executable(
         bin_dir / "paddlex",
-        f'#!/bin/bash\necho "$FROM_BASHRC" "$@" > {argv_file}\necho serving\nexec sleep 60\n',
+        f'#!/bin/bash\necho "$FROM_BASHRC" "$@" > {argv_file}\necho serving\n'
+        f'exec {sys.executable} -c "import time; time.sleep(60)" "$@"\n',
     )
     return argv_file
 
@@ -384,6 +465,8 @@ def test_rendered_scripts_are_valid_shell(seed):
     scripts += [render.paddlex_ready_command(settings, p) for p in plan.paddlex]
     scripts += [render.paddlex_start_command(settings, p) for p in plan.paddlex]
     scripts += [render.paddlex_stop_command(p) for p in plan.paddlex]
+    scripts += [render.paddlex_service_script(settings, p) for p in plan.paddlex]
+    scripts += [render.container_started_command("0123abc", v.container_name) for v in plan.vllm]
     scripts += [render.gateway_ready_command(plan.gateway)]
     assert plan.gateway.keeper is not None
     scripts += [render.keeper_ready_command(plan.gateway.keeper)]

@@ -7,14 +7,17 @@ import pytest
 import yaml
 
 from components import render
+from components.paddlex import RECHECK_CONTAINER, RECHECK_VLLM
 from components.plan import build_plan
 from components.settings import ConfigError, load_settings
 from tests.pulumi_harness import (
     COMMAND,
     CONTAINER,
     IMAGE,
+    MOCK_STARTED,
     PROVIDER,
     REMOTE_IMAGE,
+    RUN,
     Recording,
     record_stack,
 )
@@ -151,6 +154,8 @@ def test_every_start_command_waits_for_its_own_vllm_and_container(seed_stack):
         create = render.paddlex_start_command(settings, paddlex)
         delete = render.paddlex_stop_command(paddlex)
         assert (start.inputs["create"], start.inputs["delete"]) == (create, delete)
+        # Any other change re-runs the start, which leaves a running service alone.
+        assert start.inputs["update"] == create
         # A changed start command replaces the command (stopping the old service first).
         vllm = seed_stack.named(f"local-card-{paddlex.card}-vllm-{paddlex.vllm.index}")
         assert start.inputs["triggers"] == [
@@ -159,9 +164,20 @@ def test_every_start_command_waits_for_its_own_vllm_and_container(seed_stack):
             render.content_hash(create + delete),
         ]
         assert start.delete_before_replace
+        # A start of its container or its vLLM waited for again re-run it (an update).
+        assert start.inputs["environment"] == {
+            "DOCKER_HOST": "unix:///var/run/docker.sock",
+            RECHECK_CONTAINER: MOCK_STARTED,
+            RECHECK_VLLM: f"{vllm_ready.name}-id",
+        }
         ready = seed_stack.named(f"{slot}-ready")
         assert start.urn in ready.dependencies
-        assert ready.inputs["triggers"] == [f"{container.name}-id", f"{start.name}-id"]
+        assert ready.inputs["triggers"] == [
+            f"{container.name}-id",
+            f"{start.name}-id",
+            MOCK_STARTED,
+            f"{vllm_ready.name}-id",
+        ]
 
 
 def test_vllm_readiness_follows_its_container_and_reruns_on_replacement(seed_stack):
@@ -169,10 +185,28 @@ def test_vllm_readiness_follows_its_container_and_reruns_on_replacement(seed_sta
     container = seed_stack.named("local-card-0-vllm-0")
     assert container.inputs["name"] == "vllm-ascend-paddleocr-9031-npu-0"
     assert container.urn in ready.dependencies
-    assert ready.inputs["triggers"] == ["local-card-0-vllm-0-id"]
+    # ... and on a start of the same container (its start time, read on every run).
+    assert ready.inputs["triggers"] == ["local-card-0-vllm-0-id", MOCK_STARTED]
     # Probed on the host itself, inside the host-network container, through its endpoint.
     assert "docker exec vllm-ascend-paddleocr-9031-npu-0 python3" in ready.inputs["create"]
     assert "http://127.0.0.1:9031/v1/models" in ready.inputs["create"]
+
+
+def test_every_vllm_and_paddlex_container_start_time_is_read_through_its_engine(seed_stack):
+    plan = build_plan(load_settings({"portFirstCard": "2"}))
+    runs = [args for token, args in seed_stack.calls if token == RUN]
+    expected = {
+        (slot, name)
+        for slot, name in [
+            *((f"local-card-{v.card}-vllm-{v.index}", v.container_name) for v in plan.vllm),
+            *((f"local-card-{p.card}-paddlex-{p.index}", p.container_name) for p in plan.paddlex),
+        ]
+    }
+    commands = {render.container_started_command(f"{slot}-id", name) for slot, name in expected}
+    assert sorted(args["command"] for args in runs) == sorted(commands)
+    for args in runs:
+        assert args["environment"] == {"DOCKER_HOST": "unix:///var/run/docker.sock"}
+        assert args["logging"] == "none"
 
 
 def test_gateway_config_derives_from_the_ready_paddlex_servers(seed_stack):
@@ -199,7 +233,8 @@ def test_outputs_equal_the_plan(seed_stack):
     assert outputs["upstreams"] == plan.upstreams()
     assert outputs["vllm_endpoints"] == plan.vllm_endpoints()
     assert outputs["gateway_url"] == "http://127.0.0.1:9101"
-    assert outputs["topology"] == render.topology(settings, plan)
+    assert outputs["topology"] == render.topology(settings, plan, "test")
+    assert outputs["topology"]["stack"] == "test"  # fleetctl names the repair of this stack
     card0 = outputs["topology"]["hosts"][0]["cards"][0]
     assert card0["vllm"][0]["container"] == "vllm-ascend-paddleocr-9031-npu-0"
     assert [p["port"] for p in card0["vllm"][1]["paddlex"]] == [9156, 9166, 9176]
@@ -328,7 +363,7 @@ def test_two_hosts_of_different_kinds_each_on_its_own_provider():
             continue
         host = "npu-a" if command.name.startswith("npu-a") else "gpu-b"
         expected = TWO_HOSTS_ENDPOINTS[host]
-        assert command.inputs["environment"] == {"DOCKER_HOST": expected}
+        assert command.inputs["environment"]["DOCKER_HOST"] == expected
     start = recording.named("gpu-b-card-0-paddlex-0-start")
     assert "--device gpu" in start.inputs["create"]
     paddlex = recording.named("gpu-b-card-0-paddlex-3")

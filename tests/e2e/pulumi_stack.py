@@ -235,9 +235,11 @@ def read_steps(path: Path) -> list[Step]:
 
 
 def changed(steps: Iterable[Step]) -> dict[str, set[str]]:
-    """Resource name -> its ops, for every step that is not `same` (a real change)."""
+    """Resource name -> its ops, for every step that is not `same` (a real change). The reads
+    of the refresh before an update (Pulumi.yaml `refresh: always`) are no change either: what
+    they find changed shows as the update's own steps."""
     found: dict[str, set[str]] = {}
     for step in steps:
-        if step.op not in ("same", "read"):
+        if step.op not in ("same", "read", "refresh"):
             found.setdefault(step.name, set()).add(step.op)
     return found

@@ -226,6 +226,48 @@ def test_status_selection_table_and_missing_container(
     assert [r["container_state"] for r in data["instances"]] == ["missing"] and code == 1
 
 
+def test_status_and_verify_name_missing_or_stopped_containers_and_their_repair(
+    fleet: Fleet,
+    outputs: Path,
+    fake_docker: FakeDocker,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    states = {n: "running" for n in fleet.containers()}
+    stopped = fleet.c("vllm-paddleocr", fleet.v2.port, "gpu-1")
+    missing = fleet.c("paddle", fleet.p1.port, "npu-0")
+    states[stopped] = "exited"
+    del states[missing]
+    fake_docker.set_states(states)
+    code, data = run_json(capsys, "status")
+    assert code == 1
+    assert data["repair"] == {
+        "containers": [
+            {"container": missing, "host": "local", "state": "missing"},
+            {"container": stopped, "host": "gpu2", "state": "exited (137)"},
+        ],
+        "command": "pulumi up --refresh",  # no stack named anywhere
+    }
+    # The stack from the topology (the stack's own output), or the one asked for.
+    named = {**fleet.outputs()}
+    named["topology"] = {**named["topology"], "stack": "prod"}
+    outputs.write_text(json.dumps(named))
+    assert main(["status"]) == 1
+    out = capsys.readouterr().out
+    assert f"{missing} (missing), {stopped} (exited (137))" in out
+    assert "repair: pulumi up --refresh --stack prod" in out
+    code, data = run_json(capsys, "status", "--stack", "staging")
+    assert data["repair"]["command"] == "pulumi up --refresh --stack staging"
+    code, data = run_json(capsys, "verify", "--timeout", "10")
+    assert code == 1 and data["repair"]["command"] == "pulumi up --refresh --stack prod"
+    assert [c["container"] for c in data["repair"]["containers"]] == [missing, stopped]
+    assert main(["verify", "--timeout", "10"]) == 1
+    assert "repair: pulumi up --refresh --stack prod" in capsys.readouterr().out
+    # Nothing missing or stopped: no repair.
+    fake_docker.set_states({n: "running" for n in fleet.containers()})
+    code, data = run_json(capsys, "status")
+    assert "repair" not in data
+
+
 def test_unknown_port_and_no_topology(
     outputs: Path,
     tmp_path: Path,
