@@ -14,6 +14,7 @@ Usage::
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -68,7 +69,7 @@ class Load:
     @property
     def longest_gap_s(self) -> float:
         times = sorted(self.answered)
-        return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
     def answers_after(self, moment: float) -> int:
         """Answers that arrived after ``moment`` (a ``time.monotonic()``)."""

@@ -8,6 +8,7 @@ serves afterwards. With one worker and with two (the supervisor), and from two w
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import threading
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.listeners import Offer, bind_sockets, inherit
+from gateway.listeners import Offer, bind_sockets, inherit, obtain
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import gateway_config
 from tests.gateway.multiworker_helpers import GatewayProcess
@@ -132,3 +133,102 @@ def test_the_newest_gateway_keeps_the_path(tmp_path: Path) -> None:
         second.close()
         for sock in sockets:
             sock.close()
+
+
+def test_connections_waiting_in_the_accept_queue_survive_the_handover(tmp_path: Path) -> None:
+    """Connections queued in the handed-over socket, not yet accepted by anyone, are accepted
+    by the new holder after the old one closed its copy."""
+    path = str(tmp_path / "handover.sock")
+    old = bind_sockets("127.0.0.1", 0, 1)
+    port = old[0].getsockname()[1]
+    offer = Offer(path, old)
+    offer.start()
+    new, inherited = obtain("127.0.0.1", port, 1, path)
+    assert inherited
+    clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(20)]
+    for client in clients:
+        client.sendall(b"ping")
+    offer.close()
+    old[0].close()  # the old gateway is gone; nobody has accepted anything yet
+    try:
+        new[0].settimeout(5)
+        for _ in clients:
+            conn, _ = new[0].accept()
+            with conn:
+                assert conn.recv(4) == b"ping"
+    finally:
+        for sock in [*clients, *new]:
+            sock.close()
+
+
+def test_separate_reuseport_sockets_lose_their_queue() -> None:
+    """Why the socket itself is handed over: with two SO_REUSEPORT sockets on the port, the
+    connections waiting in the one that closes are reset."""
+    old = bind_sockets("127.0.0.1", 0, 1)
+    port = old[0].getsockname()[1]
+    new = bind_sockets("127.0.0.1", port, 1)
+    clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(40)]
+    old[0].close()
+    resets = 0
+    try:
+        for client in clients:
+            client.settimeout(0.2)
+            try:
+                client.sendall(b"ping")
+                if client.recv(1) == b"":
+                    resets += 1
+            except ConnectionResetError:
+                resets += 1
+            except TimeoutError:
+                pass  # queued in the socket that stays: waits to be accepted
+    finally:
+        for sock in [*clients, *new]:
+            sock.close()
+    assert resets > 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_idle_keep_alive_connection_is_answered_during_the_drain(
+    tmp_path: Path, workers: int
+) -> None:
+    """A client that sends its next request on a kept-alive connection just after the
+    gateway's SIGTERM (without first checking whether the server closed it) gets an answer,
+    marked ``Connection: close``, instead of a closed connection."""
+    with DoubleFleet(1) as fleet:
+        config = _config(tmp_path, fleet.urls)
+        with GatewayProcess(config, tmp_path / "gw.log", workers=workers) as gw:
+            conn = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+            request = b"GET /health HTTP/1.1\r\nhost: gw\r\n\r\n"
+            with conn:
+                conn.sendall(request)
+                first = _read_response(conn)
+                assert first.startswith(b"HTTP/1.1 200") and b"connection: close" not in first
+                gw.proc.send_signal(signal.SIGTERM)
+                time.sleep(0.3)  # the workers have got it
+                conn.sendall(request)
+                second = _read_response(conn)
+            gw.proc.wait(30)
+    assert second.startswith(b"HTTP/1.1 200"), second
+    assert b"connection: close" in second.lower()
+
+
+def _read_response(conn: socket.socket) -> bytes:
+    """One whole response (head and a Content-Length body); b"" when the server closed."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+         if line.lower().startswith(b"content-length:")),
+        0,
+    )  # fmt: skip
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
