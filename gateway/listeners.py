@@ -36,11 +36,13 @@ Usage::
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 
 log = logging.getLogger("gateway.listeners")
@@ -49,6 +51,10 @@ REQUEST = b"LISTENERS"
 FDS_PER_PACKET = 200  # the kernel takes at most 253 descriptors in one message
 ASK_TIMEOUT_S = 5.0
 BACKLOG = 2048
+BIND_WAIT_S = 600.0
+"""With a handover path and no one answering there, how long a busy port is waited for: a
+gateway of a release without the handover still holds it, until the deployment stops it after
+this one started (the first update to a release with the handover)."""
 
 
 def bind_sockets(host: str, port: int, count: int) -> list[socket.socket]:
@@ -91,7 +97,30 @@ def obtain(
                 handover,
             )
             return inherited, True
+        return _bind_when_free(host, port, count, BIND_WAIT_S), False
     return bind_sockets(host, port, count), False
+
+
+def _bind_when_free(host: str, port: int, count: int, wait_s: float) -> list[socket.socket]:
+    """:func:`bind_sockets`, retried while the port is in use, for up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            return bind_sockets(host, port, count)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                raise
+            if not said:
+                log.warning(
+                    "%s:%d is in use and no gateway hands its sockets over: waiting up to %.0fs "
+                    "for the one that holds it to stop",
+                    host,
+                    port,
+                    wait_s,
+                )
+                said = True
+            time.sleep(0.2)
 
 
 def inherit(path: str, host: str, port: int, timeout: float = ASK_TIMEOUT_S) -> list[socket.socket]:

@@ -232,3 +232,33 @@ def _read_response(conn: socket.socket) -> bytes:
             break
         body += chunk
     return head + b"\r\n\r\n" + body
+
+
+def test_a_gateway_without_handover_is_waited_for(tmp_path: Path) -> None:
+    """The first replacement of a gateway that offers nothing (an older release, one process
+    holding the port without SO_REUSEPORT): the new one waits for the port instead of exiting,
+    and serves as soon as the old one is gone."""
+    with DoubleFleet(1) as fleet:
+        config = _config(tmp_path, fleet.urls)
+        with socket.socket() as holder:  # the old release's uvicorn: no SO_REUSEPORT
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            holder.bind(("127.0.0.1", 0))
+            holder.listen()
+            port = holder.getsockname()[1]
+            started: dict[str, GatewayProcess] = {}
+            thread = threading.Thread(
+                target=lambda: started.setdefault(
+                    "gw",
+                    GatewayProcess(
+                        config, tmp_path / "gw.log", workers=1, port=port,
+                        handover=tmp_path / "handover.sock",
+                    ),
+                )
+            )  # fmt: skip
+            thread.start()
+            log = tmp_path / "gw.log"
+            assert wait_for(lambda: log.exists() and "is in use" in log.read_text())
+        thread.join(30)
+        with started["gw"] as gw:
+            assert gw.port == port
+            assert gw.client.get("/health").status_code == 200
