@@ -132,7 +132,12 @@ class Fleet:
         else:
             outputs["gateway_url"] = self.balancer.url
             outputs["gateways"] = [g.url for g in self.gateways]
-        outputs["topology"] = render.topology(self.settings, self.plan)
+        plan_names = [g.container_name for g in self.plan.gateways]
+        outputs["topology"] = pulumi.Output.all(*(g.container_name for g in self.gateways)).apply(
+            lambda names: render.topology(
+                self.settings, self.plan, dict(zip(plan_names, names, strict=True))
+            )
+        )
         return outputs
 
 
