@@ -6,6 +6,7 @@ import shlex
 import pytest
 
 from components import render, rollout
+from components.containers import stack_label
 from components.plan import build_plan
 from components.settings import ConfigError, load_settings
 from tests.pulumi_harness import CONTAINER, record_stack
@@ -85,7 +86,7 @@ def test_drain_asks_every_gateway_of_the_card_with_the_timeout_and_a_ttl():
     # the old and the new one)
     assert [w for w in listing if w.startswith("label=")] == [
         "label=paddleocr-fleet.role=gateway",
-        "label=paddleocr-fleet.stack=paddleocr-fleet/test",
+        f"label=paddleocr-fleet.stack={stack_label()}",
         "label=paddleocr-fleet.host=local",
         "label=paddleocr-fleet.port=9101",
     ]
