@@ -175,7 +175,7 @@ def gateway_call(
     return (
         f"( export DOCKER_HOST={endpoint}; found=$(docker ps -q {filters}); "
         f'if [ -z "$found" ]; then echo {missing} >&2; fi; '
-        f"for id in $found; do docker exec \"$id\" {call}; done )"
+        f'for id in $found; do docker exec "$id" {call}; done )'
     )
 
 
