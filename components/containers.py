@@ -56,14 +56,23 @@ def accelerator_args(
     return args
 
 
+HOST_LABEL = "paddleocr-fleet.host"
+PORT_LABEL = "paddleocr-fleet.port"
+
+
+def stack_label() -> str:
+    """The value of :data:`STACK_LABEL` for this stack."""
+    return f"{pulumi.get_project()}/{pulumi.get_stack()}"
+
+
 def labels(
     role: str, host: HostPlan, card: int | None, port: int
 ) -> list[docker.ContainerLabelArgs]:
     values = {
         ROLE_LABEL: role,
-        STACK_LABEL: f"{pulumi.get_project()}/{pulumi.get_stack()}",
-        "paddleocr-fleet.host": host.name,
-        "paddleocr-fleet.port": str(port),
+        STACK_LABEL: stack_label(),
+        HOST_LABEL: host.name,
+        PORT_LABEL: str(port),
     }
     if card is not None:
         values["paddleocr-fleet.card"] = str(card)
@@ -74,11 +83,18 @@ def envs(values: dict[str, str]) -> list[str]:
     return [f"{key}={value}" for key, value in values.items()]
 
 
-def child_opts(parent: pulumi.Resource, provider: pulumi.ProviderResource | None, **extra: Any):
-    """Options for a child container: parented, on its host's provider, deleted before replaced
-    (host networking: the old and new container cannot hold the same port at once)."""
+def child_opts(
+    parent: pulumi.Resource,
+    provider: pulumi.ProviderResource | None,
+    delete_before_replace: bool = True,
+    **extra: Any,
+):
+    """Options for a child container: parented, on its host's provider, by default deleted
+    before replaced (host networking: the old and new container cannot hold the same port at
+    once, and Docker holds each name once). The gateway is the exception: it hands its port
+    over (components/gateway.py)."""
     return pulumi.ResourceOptions(
-        parent=parent, provider=provider, delete_before_replace=True, **extra
+        parent=parent, provider=provider, delete_before_replace=delete_before_replace, **extra
     )
 
 

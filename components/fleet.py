@@ -139,7 +139,13 @@ class Fleet:
         else:
             outputs["gateway_url"] = self.balancer.url
             outputs["gateways"] = [g.url for g in self.gateways]
-        outputs["topology"] = render.topology(self.settings, self.plan, pulumi.get_stack())
+        plan_names = [g.container_name for g in self.plan.gateways]
+        stack = pulumi.get_stack()
+        outputs["topology"] = pulumi.Output.all(*(g.container_name for g in self.gateways)).apply(
+            lambda names: render.topology(
+                self.settings, self.plan, stack, dict(zip(plan_names, names, strict=True))
+            )
+        )
         return outputs
 
 

@@ -1,6 +1,14 @@
 """`Gateway`: the OCR gateway container; its config derives from the PaddleX servers' outputs and
 is swapped in by `docker exec` (the gateway reloads it without a restart). Beside it, on the same
-image, its slice keeper (`components.keeper`) unless the config key `keeper` is false."""
+image, its slice keeper (`components.keeper`) unless the config key `keeper` is false.
+
+A gateway that must be replaced (a new image, new arguments) is replaced without a gap: the new
+container is created first, beside the old one (its name carries a hash of what forced the
+replacement: `render.gateway_container_name`), takes over the old one's listening sockets
+through the handover path (gateway/listeners.py), gets its config and answers `/ready`; only
+then does Pulumi delete the old one (`docker stop` with `STOP_GRACE_S`: it finishes what it
+holds). The keeper is still replaced delete-first: while it is away the gateway sends job slices
+straight to their instances (gateway/keeper/client.py)."""
 
 from __future__ import annotations
 
@@ -61,35 +69,55 @@ class Gateway(pulumi.ComponentResource):
             lambda found: render.gateway_config_json(settings, found, gateway.keeper)
         )
         argv = render.gateway_argv(gateway)
+        envs = [f"GATEWAY_PORT={gateway.port}"]  # the image's healthcheck probes it
+        jobs_dir = (
+            settings.gateway_jobs_dir or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/jobs"
+        )
+        labels = containers.labels("gateway", gateway.host, None, gateway.port)
+        generation = pulumi.Output.from_input(image).apply(
+            lambda image_id: {
+                "image": image_id,
+                "argv": argv,
+                "envs": envs,
+                "jobs_dir": jobs_dir,
+                "labels": {label.label: label.value for label in labels},
+            }
+        )
         self.container = docker.Container(
             name,
-            name=gateway.container_name,
+            name=generation.apply(lambda g: render.gateway_container_name(gateway, g)),
             image=image,
             network_mode="host",
             restart="unless-stopped",
             entrypoints=argv[:1],
             command=argv[1:],
-            envs=[f"GATEWAY_PORT={gateway.port}"],  # the image's healthcheck probes it
+            envs=envs,
             volumes=[
                 docker.ContainerVolumeArgs(
-                    host_path=settings.gateway_jobs_dir
-                    or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/jobs",
-                    container_path=render.JOBS_DIR_IN_CONTAINER,
+                    host_path=jobs_dir, container_path=render.JOBS_DIR_IN_CONTAINER
                 )
             ],
             uploads=[
                 docker.ContainerUploadArgs(file=gateway.config_path, content=self.config_json)
             ],
-            labels=containers.labels("gateway", gateway.host, None, gateway.port),
+            labels=labels,
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            # Later configs arrive through `install` below and are reloaded in place.
+            # Later configs arrive through `install` below and are reloaded in place. Created
+            # before the old one is deleted: the listening sockets pass from one to the other.
             opts=containers.child_opts(
-                self, args.provider, ignore_changes=["uploads"], depends_on=cleanups
+                self,
+                args.provider,
+                delete_before_replace=False,
+                ignore_changes=["uploads"],
+                depends_on=cleanups,
             ),
         )
+        self.container_name: pulumi.Output[str] = self.container.name
         self.install = command.local.Command(
             f"{name}-config",
-            create=render.gateway_config_install_command(gateway),
+            create=self.container.name.apply(
+                lambda container: render.gateway_config_install_command(gateway, container)
+            ),
             stdin=self.config_json,
             environment=gateway.host.docker_env,
             triggers=[self.container.id, self.config_json.apply(render.content_hash)],
@@ -97,7 +125,9 @@ class Gateway(pulumi.ComponentResource):
         )
         self.ready = command.local.Command(
             f"{name}-ready",
-            create=render.gateway_ready_command(gateway),
+            create=self.container.name.apply(
+                lambda container: render.gateway_ready_command(gateway, container)
+            ),
             environment=gateway.host.docker_env,
             triggers=[self.container.id],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.install]),

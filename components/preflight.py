@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -87,9 +88,17 @@ def pending_operations(state: Mapping[str, Any]) -> int:
 def conflicts(
     host: HostPlan, names: list[str], existing: list[Existing], owned: set[str]
 ) -> list[Conflict]:
-    """The containers on `host` that hold one of `names` and are not the stack's own."""
+    """The containers on `host` that hold one of `names` (or a generation of one: a gateway's
+    name carries `-<hash>`, components/gateway.py) and are not the stack's own."""
     wanted = set(names)
-    return [Conflict(host, c) for c in existing if c.name in wanted and c.id not in owned]
+    return [
+        Conflict(host, c)
+        for c in existing
+        if (c.name in wanted or _GENERATION.sub("", c.name) in wanted) and c.id not in owned
+    ]
+
+
+_GENERATION = re.compile(r"-[0-9a-f]{12}$")
 
 
 def list_containers(host: HostPlan, timeout: float = 20.0) -> list[Existing]:

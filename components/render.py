@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -353,22 +354,36 @@ def service_ready_command(
     what: str,
     path: str,
     probe: tuple[str, ...] = PYTHON_PROBE,
+    container: str | None = None,
 ) -> str:
     """Ready once `path` of a service the stack runs from its own image answers (within
-    2 minutes; its log: `docker logs`)."""
+    2 minutes; its log: `docker logs`). `container`: its name when it is not the plan's (a
+    gateway's carries its generation: `gateway_container_name`)."""
+    name = container or service.container_name
     return wait_for_http(
         url=f"{service.local_url}{path}",
         what=what,
-        container=service.container_name,
+        container=name,
         timeout_s=120,
         interval_s=1,
-        log_hint=f"docker logs {service.container_name}",
+        log_hint=f"docker logs {name}",
         probe=probe,
     )
 
 
-def gateway_ready_command(gateway: GatewayPlan) -> str:
-    return service_ready_command(gateway, "the gateway", "/ready")
+def gateway_ready_command(gateway: GatewayPlan, container: str) -> str:
+    """Ready once the gateway in `container` answers `/ready` (on the host's port: during a
+    handover the old and the new gateway serve it together)."""
+    return service_ready_command(gateway, "the gateway", "/ready", container=container)
+
+
+def gateway_container_name(gateway: GatewayPlan, generation: Mapping[str, Any]) -> str:
+    """`<gatewayContainerName>-<hash>`: the gateway container's name carries a hash of what
+    forces its replacement (`generation`: its image, command, environment, mounts, labels), so
+    the new container can start beside the old one (Docker holds each name once) and take over
+    its listening sockets before the old one stops."""
+    digest = content_hash(json.dumps(generation, sort_keys=True, default=str))[:12]
+    return f"{gateway.container_name}-{digest}"
 
 
 def keeper_ready_command(keeper: KeeperPlan) -> str:
@@ -443,8 +458,8 @@ def config_install_command(container: str, path: str) -> str:
     return shlex.join(["docker", "exec", "-i", container, "sh", "-c", script])
 
 
-def gateway_config_install_command(gateway: GatewayPlan) -> str:
-    return config_install_command(gateway.container_name, gateway.config_path)
+def gateway_config_install_command(gateway: GatewayPlan, container: str) -> str:
+    return config_install_command(container, gateway.config_path)
 
 
 def keeper_argv(keeper: KeeperPlan) -> list[str]:
@@ -469,6 +484,13 @@ def image_cleanup_command(tag: str, image_id: str) -> str:
     )
 
 
+def gateway_handover_path(gateway: GatewayPlan) -> str:
+    """The unix socket where a gateway hands its listening sockets to the one that replaces it
+    (gateway/listeners.py): in the jobs folder, a host folder every gateway container of the
+    stack on that host mounts."""
+    return f"{JOBS_DIR_IN_CONTAINER}/handover/gateway-{gateway.port}.sock"
+
+
 def gateway_argv(gateway: GatewayPlan) -> list[str]:
     return [
         "python",
@@ -480,6 +502,8 @@ def gateway_argv(gateway: GatewayPlan) -> list[str]:
         "0.0.0.0",
         "--port",
         str(gateway.port),
+        "--handover",
+        gateway_handover_path(gateway),
     ]
 
 
@@ -495,9 +519,15 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> None:
             base[key] = value
 
 
-def topology(settings: FleetSettings, plan: FleetPlan, stack: str | None = None) -> dict[str, Any]:
-    """The `topology` stack output (shape in docs/architecture.md); `stack` names the Pulumi
-    stack, so that `fleetctl` can name the command that repairs it."""
+def topology(
+    settings: FleetSettings,
+    plan: FleetPlan,
+    stack: str | None = None,
+    containers: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The `topology` stack output (shape in docs/architecture.md). `stack` names the Pulumi
+    stack, so that `fleetctl` can name the command that repairs it; `containers`: the names the
+    containers got where they differ from the plan's (the gateways': plan name -> name)."""
     return {
         **({"stack": stack} if stack else {}),
         "served_model_name": settings.served_model_name,
@@ -537,11 +567,11 @@ def topology(settings: FleetSettings, plan: FleetPlan, stack: str | None = None)
             for host in plan.hosts
         ],
         "layout": plan.layout,
-        **_entry_points(plan),
+        **_entry_points(plan, containers or {}),
     }
 
 
-def _entry_points(plan: FleetPlan) -> dict[str, Any]:
+def _entry_points(plan: FleetPlan, containers: Mapping[str, str]) -> dict[str, Any]:
     """`gateway` (single layout), or `gateways` and the `balancer` in front of them."""
 
     def gateway(g: GatewayPlan) -> dict[str, Any]:
@@ -549,7 +579,7 @@ def _entry_points(plan: FleetPlan) -> dict[str, Any]:
             "host": g.host.name,
             "port": g.port,
             "url": g.url,
-            "container": g.container_name,
+            "container": containers.get(g.container_name, g.container_name),
             "config_path": g.config_path,
         }
         if g.owns is not None:

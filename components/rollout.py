@@ -29,6 +29,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from components.containers import HOST_LABEL, PORT_LABEL, ROLE_LABEL, STACK_LABEL, stack_label
 from components.plan import CardPlan, FleetPlan, GatewayPlan
 
 CardKey = tuple[str, int]
@@ -112,35 +113,54 @@ except OSError:
 request = urllib.request.Request(
     f"http://127.0.0.1:{port}/admin/{action}", body.encode(), headers, method="POST")
 wait = json.loads(body).get("wait_s", 0)
-try:
-    with urllib.request.urlopen(request, timeout=wait + 30) as answer:
-        print(action, answer.read().decode()[:2000])
-except urllib.error.HTTPError as e:
-    print(action, "not done: the gateway answered", e.code, e.read().decode()[:500],
-          file=sys.stderr)
-except OSError as e:
-    print(action, "skipped: the gateway does not answer:", e, file=sys.stderr)
+for attempt in range(24):
+    try:
+        with urllib.request.urlopen(request, timeout=wait + 30) as answer:
+            print(action, answer.read().decode()[:2000])
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403) and attempt < 23:
+            continue  # another gateway on the port (a handover): a new connection may reach ours
+        print(action, "not done: the gateway answered", e.code, e.read().decode()[:500],
+              file=sys.stderr)
+    except OSError as e:
+        print(action, "skipped: the gateway does not answer:", e, file=sys.stderr)
+    break
 """
 """Runs inside the gateway container (host network): POST /admin/{action} on its loopback with
-its local admin token. Never fails the update: a gateway that does not answer (not started yet,
-already gone) has nothing to drain, and one that refuses (a gateway older than the drain routes,
-an upstream it does not know yet) is said on stderr, where `pulumi up` shows it; a card that
-could not be drained still fails over at the gateway, it only loses its in-flight requests."""
+its local admin token. While two gateways share the port (a handover, components/gateway.py)
+the connection may reach the other one, which refuses this container's token: the call is made
+again on a new connection (whichever process accepts it first gets it). Never fails the
+update: a gateway that does not answer (not started yet, already gone) has nothing to drain, and one
+that refuses (a gateway older than the drain routes, an upstream it does not know yet) is said on
+stderr, where `pulumi up` shows it; a card that could not be drained still fails over at the
+gateway, it only loses its in-flight requests."""
 
 
 def gateway_call(
-    gateway: GatewayPlan, action: str, body: Mapping[str, Any], token_file: str | None
+    gateway: GatewayPlan,
+    action: str,
+    body: Mapping[str, Any],
+    token_file: str | None,
+    stack: str | None = None,
 ) -> str:
     """A shell command that calls the gateway's admin `action` through `docker exec` on the
     gateway's host, with the gateway's local admin token (`auth.local_token_file`, kept inside
     its container: gateway/local_token.py); a missing or stopped gateway is skipped with a
-    note."""
-    name = shlex.quote(gateway.container_name)
+    note.
+
+    The gateway's containers are found by their labels (role, `stack`: `project/stack`, host,
+    port), not by name: a gateway container's name changes with its generation, and while one
+    hands its port over to the next (components/gateway.py) both run and both are called.
+    """
+    selector = {
+        ROLE_LABEL: "gateway",
+        STACK_LABEL: stack or stack_label(),
+        HOST_LABEL: gateway.host.name,
+        PORT_LABEL: str(gateway.port),
+    }
+    filters = " ".join(f"--filter {shlex.quote(f'label={k}={v}')}" for k, v in selector.items())
     call = shlex.join(
         [
-            "docker",
-            "exec",
-            gateway.container_name,
             "python3",
             "-c",
             CALL,
@@ -150,13 +170,12 @@ def gateway_call(
             token_file or "",
         ]
     )
-    running = f"docker inspect -f '{{{{.State.Running}}}}' {name} 2>/dev/null"
     endpoint = shlex.quote(gateway.host.endpoint)
+    missing = shlex.quote(f"{action} skipped: no gateway container of port {gateway.port} runs")
     return (
-        f"( export DOCKER_HOST={endpoint}; "
-        f'if [ "$({running})" = "true" ]; then {call}; '
-        f"else echo {shlex.quote(f'{action} skipped: {gateway.container_name} is not running')}"
-        " >&2; fi )"
+        f"( export DOCKER_HOST={endpoint}; found=$(docker ps -q {filters}); "
+        f'if [ -z "$found" ]; then echo {missing} >&2; fi; '
+        f'for id in $found; do docker exec "$id" {call}; done )'
     )
 
 

@@ -128,6 +128,8 @@ class _Bounded:
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
     _unset_keepalive_if_required: Callable[[], None]
+    server_state: Any
+    cycle: Any
 
     def _init_bounds(self) -> None:
         self._header_timer: asyncio.TimerHandle | None = None
@@ -137,6 +139,14 @@ class _Bounded:
 
     def _awaiting_head(self) -> bool:
         raise NotImplementedError
+
+    def _close_after_response_if_draining(self) -> None:
+        """While the server drains (:mod:`gateway.serving`), a request that has just started
+        is answered with ``Connection: close``: the client opens its next connection to
+        whoever listens now instead of reusing this one."""
+        cycle = self.cycle
+        if cycle is not None and getattr(self.server_state, "draining", False):
+            cycle.keep_alive = False
 
     def _reading_body(self) -> bool:
         raise NotImplementedError
@@ -293,6 +303,7 @@ class GatewayH11Protocol(_Bounded, H11Protocol):
         if self._before_data(data):
             super().data_received(data)
             self._sync_timers()
+            self._close_after_response_if_draining()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -390,6 +401,7 @@ class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
         if self._before_data(data):
             super().data_received(data)
             self._sync_timers()
+            self._close_after_response_if_draining()
 
     def on_headers_complete(self) -> None:
         self._head_done, self._body_done = True, False

@@ -1,7 +1,9 @@
 """``python -m gateway --workers N`` with N > 1: a pre-fork supervisor and N worker processes.
 
 The supervisor binds the listening sockets (one per worker, ``SO_REUSEPORT`` on the one port,
-so the kernel spreads new connections evenly over the workers), creates the shared
+so the kernel spreads new connections evenly over the workers), or takes over those of the
+gateway it replaces (``handover``: :mod:`gateway.listeners`; each is then served, by one worker
+or shared by several when there are fewer than workers), creates the shared
 :class:`~gateway.occupancy.Board` and forks the workers. Each worker builds its own app
 (:func:`gateway.app.create_app` with its :class:`~gateway.occupancy.Seat`) and runs uvicorn on
 its socket. The supervisor keeps every socket open, so a worker that is being restarted loses
@@ -11,9 +13,11 @@ no connection that has not been accepted yet.
   requests no longer count) and it is started again: at once if it ran for
   :data:`QUICK_EXIT_S` or more, else after a back-off that doubles up to :data:`MAX_BACKOFF_S`.
   A worker that fails before any worker ever became ready stops the gateway with its status.
-- SIGTERM or SIGINT: the sockets close, every worker gets SIGTERM and finishes its requests
-  (uvicorn's graceful shutdown, at most ``grace_s - 5`` s, then its lifespan shutdown, which
-  gives back job leases); whoever still runs after ``grace_s`` gets SIGKILL. Exit status 0.
+- Once a worker is ready, the sockets are offered to the next gateway at ``handover``.
+- SIGTERM or SIGINT: the offer ends, the sockets close, every worker gets SIGTERM and finishes
+  its requests (:class:`~gateway.serving.GatewayServer`'s graceful shutdown, at most
+  ``grace_s - 5`` s, then its lifespan shutdown, which gives back job leases); whoever still
+  runs after ``grace_s`` gets SIGKILL. Exit status 0.
 - SIGHUP is passed on to every worker: each re-reads the config (:mod:`gateway.reload`);
   each also polls the file on its own.
 - Workers get SIGKILL when the supervisor dies (``PR_SET_PDEATHSIG``), so ``kill -9`` of the
@@ -44,6 +48,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.listeners import Offer, obtain, start_offer
 from gateway.logs import name_worker_in_logs
 from gateway.occupancy import Board, Seat
 
@@ -66,31 +71,17 @@ class SupervisorOptions:
     workers: int
     log_level: str = "info"
     grace_s: float = 25.0  # SIGTERM to SIGKILL (Docker's stop waits 30 s)
+    handover: str | None = None
+    """The unix socket path of the listening sockets' handover (:mod:`gateway.listeners`)."""
 
 
-def bind_sockets(host: str, port: int, count: int) -> list[socket.socket]:
-    """``count`` listening TCP sockets on one port (``port`` 0: a free one), SO_REUSEPORT."""
-    family, _, _, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            # proto IPPROTO_TCP: asyncio then sets TCP_NODELAY on accepted connections
-            sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-            sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            sock.bind(address)
-            address = sock.getsockname()  # the first one's port for the others
-            sock.listen(2048)
-    except BaseException:
-        for sock in sockets:
-            sock.close()
-        raise
-    return sockets
+def assign(sockets: list[socket.socket], workers: int) -> list[list[socket.socket]]:
+    """Which sockets each worker serves: every socket is served (an inherited one may hold
+    connections waiting to be accepted), by one worker when there are enough sockets, else
+    shared by several."""
+    if len(sockets) >= workers:
+        return [sockets[i::workers] for i in range(workers)]
+    return [[sockets[i % len(sockets)]] for i in range(workers)]
 
 
 def _die_with_parent(parent: int) -> None:
@@ -101,12 +92,15 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def run_worker(index: int, sock: socket.socket, seat: Seat, options: SupervisorOptions) -> int:
+def run_worker(
+    index: int, sockets: list[socket.socket], seat: Seat, options: SupervisorOptions
+) -> int:
     """The body of worker ``index`` (in the forked child); returns its exit status."""
     import uvicorn
 
     from gateway.app import create_app
     from gateway.connections import uvicorn_options
+    from gateway.serving import GatewayServer
     from gateway.settings import ConfigError
 
     name_worker_in_logs(index)
@@ -122,10 +116,10 @@ def run_worker(index: int, sock: socket.socket, seat: Seat, options: SupervisorO
         timeout_graceful_shutdown=max(1, int(options.grace_s) - 5),
         **uvicorn_options(app),
     )
-    server = uvicorn.Server(config)
+    server = GatewayServer(config)
 
     async def serve() -> None:
-        task = asyncio.ensure_future(server.serve(sockets=[sock]))
+        task = asyncio.ensure_future(server.serve(sockets=sockets))
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if server.started:
@@ -156,6 +150,8 @@ class Supervisor:
         self.options = options
         self._workers = [_Worker() for _ in range(options.workers)]
         self._sockets: list[socket.socket] = []
+        self._assigned: list[list[socket.socket]] = []
+        self._offer: Offer | None = None
         self._board: Board | None = None
         self._stopping = False
         self._ever_ready = False
@@ -168,10 +164,11 @@ class Supervisor:
         signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         try:
             try:
-                self._sockets = bind_sockets(opts.host, opts.port, opts.workers)
+                self._sockets, _ = obtain(opts.host, opts.port, opts.workers, opts.handover)
             except OSError as exc:
                 log.error("cannot listen on %s:%d: %s", opts.host, opts.port, exc)
                 return STARTUP_FAILURE
+            self._assigned = assign(self._sockets, opts.workers)
             self._board = Board(opts.workers, run_dir)
             host, port = self._sockets[0].getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
@@ -228,6 +225,10 @@ class Supervisor:
     def _mark_ready(self) -> None:
         if not self._ever_ready and self._board is not None:
             self._ever_ready = any(self._board.ready(i) for i in range(len(self._workers)))
+            if self._ever_ready and self.options.handover and not self._stopping:
+                offer = Offer(self.options.handover, self._sockets)
+                if start_offer(offer):
+                    self._offer = offer
 
     # ------------------------------------------------------------------ workers
     def _spawn(self, index: int) -> None:
@@ -245,10 +246,13 @@ class Supervisor:
                 for sig in _SIGNALS:
                     signal.signal(sig, signal.SIG_DFL)
                 _die_with_parent(parent)
-                for other, sock in enumerate(self._sockets):
-                    if other != index:
+                if self._offer is not None:
+                    self._offer.forget()
+                mine = self._assigned[index]
+                for sock in self._sockets:
+                    if all(sock is not own for own in mine):
                         sock.close()
-                status = run_worker(index, self._sockets[index], board.seat(index), self.options)
+                status = run_worker(index, mine, board.seat(index), self.options)
             except SystemExit as exc:
                 status = exc.code if isinstance(exc.code, int) else 1
             except BaseException:
@@ -309,6 +313,9 @@ class Supervisor:
 
     def _shutdown(self) -> None:
         """Stop the workers: SIGTERM, then SIGKILL after ``grace_s``."""
+        if self._offer is not None:
+            self._offer.close()
+            self._offer = None
         for sock in self._sockets:
             sock.close()
         self._signal_all(signal.SIGTERM)

@@ -449,7 +449,7 @@ def test_gateway_config_install_swaps_the_file_atomically(shell_env, tmp_path, m
     settings, plan = _settings_on(free_port())
     config = render.gateway_config_json(settings, [render.gateway_upstream(plan.paddlex[0])])
     subprocess.run(
-        ["/bin/sh", "-c", render.gateway_config_install_command(plan.gateway)],
+        ["/bin/sh", "-c", render.gateway_config_install_command(plan.gateway, "gw")],
         input=config,
         text=True,
         env=env,
@@ -467,7 +467,7 @@ def test_rendered_scripts_are_valid_shell(seed):
     scripts += [render.paddlex_stop_command(p) for p in plan.paddlex]
     scripts += [render.paddlex_service_script(settings, p) for p in plan.paddlex]
     scripts += [render.container_started_command("0123abc", v.container_name) for v in plan.vllm]
-    scripts += [render.gateway_ready_command(plan.gateway)]
+    scripts += [render.gateway_ready_command(plan.gateway, plan.gateway.container_name)]
     assert plan.gateway.keeper is not None
     scripts += [render.keeper_ready_command(plan.gateway.keeper)]
     for script in scripts:

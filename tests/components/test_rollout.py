@@ -6,6 +6,7 @@ import shlex
 import pytest
 
 from components import render, rollout
+from components.containers import stack_label
 from components.plan import build_plan
 from components.settings import ConfigError, load_settings
 from tests.pulumi_harness import CONTAINER, record_stack
@@ -79,8 +80,18 @@ def test_drain_asks_every_gateway_of_the_card_with_the_timeout_and_a_ttl():
     token_file = render.gateway_settings(settings).auth.local_token_file
     assert token_file == "/run/paddleocr-fleet/admin.token"
     command = rollout.drain_command(plan, card, settings.drain_timeout, token_file)
-    words = shlex.split(command.split("then ", 1)[1].split("; else", 1)[0])
-    assert words[:3] == ["docker", "exec", plan.gateway.container_name]
+    listing = shlex.split(command.split("found=$(", 1)[1].split(")", 1)[0])
+    assert listing[:3] == ["docker", "ps", "-q"]
+    # every running gateway container of the stack on that host and port (during a handover,
+    # the old and the new one)
+    assert [w for w in listing if w.startswith("label=")] == [
+        "label=paddleocr-fleet.role=gateway",
+        f"label=paddleocr-fleet.stack={stack_label()}",
+        "label=paddleocr-fleet.host=local",
+        "label=paddleocr-fleet.port=9101",
+    ]
+    words = shlex.split(command.split("do ", 1)[1].rsplit("; done", 1)[0])
+    assert words[:3] == ["docker", "exec", "$id"]
     action, port, body, token = words[-4:]
     assert (action, port, token) == ("drain", "9101", token_file)
     assert json.loads(body) == {

@@ -1,6 +1,7 @@
 """The stack program under Pulumi mocks: what it registers, how it is wired, what it exports."""
 
 import json
+import re
 
 import pulumi
 import pytest
@@ -69,7 +70,9 @@ def test_container_names_are_the_plans(seed_stack):
     plan = build_plan(load_settings({"portFirstCard": "2"}))
     names = {r.inputs["name"] for r in seed_stack.of_type(CONTAINER)}
     expected = {v.container_name for v in plan.vllm} | {p.container_name for p in plan.paddlex}
-    assert names == expected | {"paddleocr-fleet-gateway", "paddleocr-fleet-gateway-keeper"}
+    (gateway,) = names - expected - {"paddleocr-fleet-gateway-keeper"}
+    assert re.fullmatch(r"paddleocr-fleet-gateway-[0-9a-f]{12}", gateway)  # its generation
+    assert names == expected | {gateway, "paddleocr-fleet-gateway-keeper"}
     assert "vllm-ascend-paddleocr-9031-npu-0" in names and "paddle-9176-npu-0" in names
 
 
@@ -211,16 +214,25 @@ def test_every_vllm_and_paddlex_container_start_time_is_read_through_its_engine(
 
 def test_gateway_config_derives_from_the_ready_paddlex_servers(seed_stack):
     gateway = seed_stack.named("local-gateway")
-    assert gateway.ignore_changes == ["uploads"] and gateway.delete_before_replace
+    # created beside the old one, which it takes the port from (components/gateway.py)
+    assert gateway.ignore_changes == ["uploads"] and not gateway.delete_before_replace
+    name = gateway.inputs["name"]
+    assert seed_stack.named("local-gateway-keeper").delete_before_replace
     (upload,) = gateway.inputs["uploads"]
     config = json.loads(upload["content"])
     plan = build_plan(load_settings({"portFirstCard": "2"}))
     assert [u["url"] for u in config["upstreams"]] == plan.upstreams()
     assert config["upstreams"][0]["vllm"] == "http://127.0.0.1:9031"
     install = seed_stack.named("local-gateway-config")
+    assert f"docker exec -i {name} " in install.inputs["create"]
+    assert f"docker exec {name} python3" in seed_stack.named("local-gateway-ready").inputs["create"]
     assert install.inputs["stdin"] == upload["content"]
     assert install.inputs["triggers"][1] == render.content_hash(upload["content"])
-    assert gateway.inputs["command"][-1] == "9101"
+    assert gateway.inputs["command"][-3:] == [
+        "9101",
+        "--handover",
+        "/var/lib/paddleocr-fleet/jobs/handover/gateway-9101.sock",
+    ]
     # The data dependency orders the gateway after every PaddleX readiness wait.
     ready_urns = {r.urn for r in seed_stack.of_type(COMMAND) if r.name.endswith("-ready")}
     assert len(ready_urns & set(gateway.dependencies)) == 48
@@ -233,8 +245,11 @@ def test_outputs_equal_the_plan(seed_stack):
     assert outputs["upstreams"] == plan.upstreams()
     assert outputs["vllm_endpoints"] == plan.vllm_endpoints()
     assert outputs["gateway_url"] == "http://127.0.0.1:9101"
-    assert outputs["topology"] == render.topology(settings, plan, "test")
+    gateway = seed_stack.named("local-gateway").inputs["name"]
+    names = {plan.gateway.container_name: gateway}
+    assert outputs["topology"] == render.topology(settings, plan, "test", names)
     assert outputs["topology"]["stack"] == "test"  # fleetctl names the repair of this stack
+    assert outputs["topology"]["gateway"]["container"] == gateway
     card0 = outputs["topology"]["hosts"][0]["cards"][0]
     assert card0["vllm"][0]["container"] == "vllm-ascend-paddleocr-9031-npu-0"
     assert [p["port"] for p in card0["vllm"][1]["paddlex"]] == [9156, 9166, 9176]

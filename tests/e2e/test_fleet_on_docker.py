@@ -147,14 +147,18 @@ def container_ids() -> dict[str, str]:
     return labelled_containers(STACK_LABEL)
 
 
+def gateway_container() -> str:
+    """The name of the stack's gateway container (`<gatewayContainerName>-<generation>`)."""
+    (name,) = [
+        n for n in container_ids() if re.fullmatch(re.escape(GATEWAY_NAME) + r"-[0-9a-f]{12}", n)
+    ]
+    return name
+
+
 def _ports_holders() -> list[str]:
     """Containers of earlier runs of this module (their names carry its ports)."""
     names = docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
-    return [
-        n
-        for n in names
-        if n in (GATEWAY_NAME, f"{GATEWAY_NAME}-keeper") or re.search(r"-19[0-9]{3}-sim-", n)
-    ]
+    return [n for n in names if n.startswith(GATEWAY_NAME) or re.search(r"-19[0-9]{3}-sim-", n)]
 
 
 class ContainerEvents:
@@ -270,7 +274,7 @@ def test_the_gateway_wants_a_token_and_no_token_reached_the_state_or_the_contain
     assert user_on_admin.status_code == 403
     state = json.dumps(fleet.stack.state())
     gateway = fleet.plan.gateway
-    config = docker("exec", gateway.container_name, "cat", gateway.config_path)
+    config = docker("exec", gateway_container(), "cat", gateway.config_path)
     for token in (USER_TOKEN, ADMIN_TOKEN):
         assert token not in state and token not in config.stdout
         assert hashlib.sha256(token.encode()).hexdigest() in config.stdout
@@ -459,6 +463,7 @@ def test_a_changed_vllm_setting_replaces_exactly_the_vllm_containers_first_delet
 
 def test_a_changed_gateway_source_rebuilds_and_replaces_only_the_gateway_and_its_keeper(fleet):
     before = full_ids(list(container_ids()))
+    old_gateway = gateway_container()
     old_image = built_images(fleet)
     source = fleet.stack.project / "gateway" / "postprocess.py"
     source.write_text(source.read_text() + "\n# a change of the gateway's sources\n")
@@ -480,9 +485,11 @@ def test_a_changed_gateway_source_rebuilds_and_replaces_only_the_gateway_and_its
     for image in old_image:  # the image it replaced is removed, not left to pile up
         assert removed_unless_named_elsewhere(image), f"{image} is left"
     after = full_ids(list(container_ids()))
-    gateway = fleet.plan.gateway.container_name
-    replaced = {gateway, f"{gateway}-keeper"}  # the keeper runs the gateway's image
-    assert all(after[name] != before[name] for name in replaced)
+    new_gateway = gateway_container()
+    assert new_gateway != old_gateway and old_gateway not in after  # a new generation
+    keeper = f"{fleet.plan.gateway.container_name}-keeper"  # it runs the gateway's image
+    assert after[keeper] != before[keeper]
+    replaced = {old_gateway, new_gateway, keeper}
     assert {n: i for n, i in after.items() if n not in replaced} == {
         n: i for n, i in before.items() if n not in replaced
     }

@@ -68,7 +68,7 @@ class Stack:
 @pytest.fixture(scope="module")
 def fleet(docker_engine):
     for name in docker("ps", "-a", "--format", "{{.Names}}").stdout.split():
-        leftover = name in (GATEWAY_NAME, f"{GATEWAY_NAME}-keeper", BALANCER_NAME)
+        leftover = name.startswith(GATEWAY_NAME) or name == BALANCER_NAME
         if leftover or re.search(r"-17[0-9]{3}-sim-", name):
             docker("rm", "-f", name)  # leftovers of an interrupted run
     model_dir = temp_model_dir()

@@ -27,14 +27,24 @@ _RUNNING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 class GatewayProcess:
     """The gateway as ``python -m gateway`` runs it; port 0, read back from its log."""
 
-    def __init__(self, config_path: Path, log_path: Path, workers: int | None = 2) -> None:
-        """``workers`` None: the gateway's own default (one per core)."""
+    def __init__(
+        self,
+        config_path: Path,
+        log_path: Path,
+        workers: int | None = 2,
+        port: int = 0,
+        handover: Path | None = None,
+    ) -> None:
+        """``workers`` None: the gateway's own default (one per core); ``handover``: the unix
+        socket path of the listening sockets' handover (``--handover``)."""
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         count = [] if workers is None else ["--workers", str(workers)]
+        if handover is not None:
+            count += ["--handover", str(handover)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "--config", str(config_path), "--host",
-             "127.0.0.1", "--port", "0", *count, "--log-level", "info"],
+             "127.0.0.1", "--port", str(port), *count, "--log-level", "info"],
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.port = self._wait_port()

@@ -1,0 +1,130 @@
+"""The gateway replaced under load on the real Pulumi engine and a real Docker engine (sim
+mode, 1 card): a changed gateway source rebuilds its image; the new gateway container is
+created beside the old one, takes over its listening socket, gets its config and answers
+/ready; only then is the old one deleted. 8 clients sending /ocr-file all along see no refused
+connection and no failed request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.pulumi_stack import PulumiStack, changed
+from tests.e2e.test_fleet_on_docker import (
+    ContainerEvents,
+    docker,
+    labelled_containers,
+    temp_model_dir,
+)
+from tests.load_clients import Load
+
+pytestmark = pytest.mark.docker
+
+VLLM_BASE, PADDLEX_BASE, GATEWAY_PORT, KEEPER_PORT = 19425, 19520, 19401, 19402
+STACK = "e2e-handover-" + os.urandom(3).hex()
+GATEWAY_NAME = "paddleocr-fleet-gateway-handover-e2e"
+STACK_LABEL = f"paddleocr-fleet.stack=paddleocr-fleet/{STACK}"
+TOKEN = "e2e-user-token-" + os.urandom(12).hex()
+ADMIN_TOKEN = "e2e-admin-token-" + os.urandom(12).hex()
+
+
+def config(model_dir: str) -> dict[str, str]:
+    return {
+        "accelerator": "sim",
+        "cards": "1",
+        "vllmPerCard": "1",
+        "paddlexPerVllm": "2",
+        "modelDir": model_dir,
+        "vllmBasePort": str(VLLM_BASE),
+        "paddlexBasePort": str(PADDLEX_BASE),
+        "gatewayPort": str(GATEWAY_PORT),
+        "gatewayContainerName": GATEWAY_NAME,
+        "keeperPort": str(KEEPER_PORT),
+        "gatewayJobsDir": tempfile.mkdtemp(prefix="paddleocr-fleet-jobs-"),
+        # built from the stack's sources (no gatewayImage), on the local base image
+        "buildArgs": json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
+        "vllmReadyTimeout": "180",
+        "paddlexReadyTimeout": "180",
+        "readyPollInterval": "1",
+    }
+
+
+def gateways() -> dict[str, str]:
+    """Name -> id of the stack's gateway containers."""
+    return {
+        name: cid
+        for name, cid in labelled_containers(STACK_LABEL).items()
+        if name.startswith(GATEWAY_NAME + "-") and not name.endswith("-keeper")
+    }
+
+
+def full_id(name: str) -> str:
+    return docker("inspect", "-f", "{{.Id}}", name).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def stack(docker_engine):
+    for name in labelled_containers("paddleocr-fleet.port=" + str(GATEWAY_PORT)):
+        if name.startswith(GATEWAY_NAME):
+            docker("rm", "-f", name)  # leftovers of an interrupted run of this module
+    root = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-e2e-"))
+    secrets = {
+        "tokens": json.dumps({"e2e": TOKEN}),
+        "adminTokens": json.dumps({"ops": ADMIN_TOKEN}),
+    }
+    stack = PulumiStack.create(root, STACK, config(temp_model_dir()), secrets)
+    try:
+        yield stack
+    finally:
+        stack.run(["destroy", "--stack", STACK, "--yes", "--non-interactive"], check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_changed_gateway_source_replaces_the_gateway_without_refusing_anything(stack):
+    stack.up()
+    (old_name,) = gateways()
+    old_id = full_id(old_name)
+    url = f"http://127.0.0.1:{GATEWAY_PORT}"
+    source = stack.project / "gateway" / "postprocess.py"
+    source.write_text(source.read_text() + "\n# a change of the gateway's sources\n")
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with ContainerEvents() as events, Load(url, clients=8, headers=headers) as load:
+        time.sleep(2)
+        before = load.total
+        started = time.monotonic()
+        steps = stack.up()
+        took = time.monotonic() - started
+        time.sleep(2)
+    (new_name,) = gateways()
+    new_id = full_id(new_name)
+    assert new_name != old_name and new_id != old_id
+    assert "local-gateway" in changed(steps)
+    created = events.seen[(new_id, "create")]
+    destroyed = events.seen[(old_id, "destroy")]
+    print(
+        f"pulumi up {took:.0f}s; {load.total} answers ({load.total - before} during the up), "
+        f"{len(load.errors)} errors, {load.closing} with Connection: close, longest gap "
+        f"{load.longest_gap_s * 1000:.0f} ms; the new gateway was created "
+        f"{(destroyed - created) / 1e9:.1f}s before the old one was destroyed"
+    )
+    assert load.errors == [], f"{len(load.errors)} errors, e.g. {load.errors[:3]}"
+    assert set(load.statuses) == {200}, load.statuses
+    assert created < destroyed, "the old gateway was deleted before the new one was created"
+    # in the engine's order: the new one was created, got its config and answered /ready,
+    # and only then was the old one deleted
+    order = {(s.name, s.op): s for s in steps}
+    print(sorted((s.started, s.ended, s.name, s.op) for s in steps if "gateway" in s.name))
+    create = order[("local-gateway", "create-replacement")]
+    config = order[("local-gateway-config", "create-replacement")]
+    ready = order[("local-gateway-ready", "create-replacement")]
+    delete = order[("local-gateway", "delete-replaced")]
+    assert create.ended is not None and config.ended is not None and ready.ended is not None
+    assert create.ended < config.started and config.ended < ready.started
+    assert ready.ended < delete.started
