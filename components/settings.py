@@ -188,6 +188,7 @@ class FleetSettings(_Model):
     drain_timeout: int = Field(
         default=900,
         gt=0,
+        le=3600,
         description="seconds a card's in-flight documents get to finish before its containers "
         "are replaced (a long PDF takes minutes)",
     )

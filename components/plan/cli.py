@@ -15,6 +15,7 @@ from pathlib import Path
 
 from components.plan import FleetPlan, build_plan
 from components.render import topology
+from components.rollout import waves
 from components.settings import ConfigError, FleetSettings, load_settings
 from components.stack_file import stack_config
 
@@ -88,4 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(topology(settings, plan), indent=2))
     else:
         print(render_matrix(plan))
+        running = {(c.host.name, c.card) for c in plan.cards}
+        print(
+            f"\na change that replaces the running cards' containers rolls in waves "
+            f"(maxUnavailableCards {settings.max_unavailable_cards:g}, each card drained first "
+            f"for up to {settings.drain_timeout} s):"
+        )
+        print(
+            "\n".join(f"  {line}" for line in waves(plan, running, settings.max_unavailable_cards))
+        )
     return 0
