@@ -43,6 +43,8 @@ PIPELINE_TEMPLATE = CONFIG_TEMPLATES / "pipeline_config_vllm.yaml"
 GATEWAY_DEFAULTS = CONFIG_TEMPLATES / "gateway_defaults.json"
 MODEL_DIR_IN_CONTAINER = "/data"
 JOBS_DIR_IN_CONTAINER = "/var/lib/paddleocr-fleet/jobs"
+LOCAL_TOKEN_FILE = f"{JOBS_DIR_IN_CONTAINER}/admin.token"
+"""The gateway's local admin token (gateway/local_token.py): the stack's drains use it."""
 
 
 def official_model_name(served_model_name: str) -> str:
@@ -435,6 +437,9 @@ def _operator_gateway_config(settings: FleetSettings) -> dict[str, Any]:
         _merge(config.setdefault("auth", {}), auth)
     jobs = config.setdefault("jobs", {})
     jobs.setdefault("dir", JOBS_DIR_IN_CONTAINER)
+    # In the folder every gateway container of the host mounts: a gateway and the one it hands
+    # its port to (components/gateway.py) accept the same local token.
+    config.setdefault("auth", {}).setdefault("local_token_file", LOCAL_TOKEN_FILE)
     jobs.setdefault("model", official_model_name(settings.served_model_name))
     return config
 

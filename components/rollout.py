@@ -113,27 +113,22 @@ except OSError:
 request = urllib.request.Request(
     f"http://127.0.0.1:{port}/admin/{action}", body.encode(), headers, method="POST")
 wait = json.loads(body).get("wait_s", 0)
-for attempt in range(24):
-    try:
-        with urllib.request.urlopen(request, timeout=wait + 30) as answer:
-            print(action, answer.read().decode()[:2000])
-    except urllib.error.HTTPError as e:
-        if e.code in (401, 403) and attempt < 23:
-            continue  # another gateway on the port (a handover): a new connection may reach ours
-        print(action, "not done: the gateway answered", e.code, e.read().decode()[:500],
-              file=sys.stderr)
-    except OSError as e:
-        print(action, "skipped: the gateway does not answer:", e, file=sys.stderr)
-    break
+try:
+    with urllib.request.urlopen(request, timeout=wait + 30) as answer:
+        print(action, answer.read().decode()[:2000])
+except urllib.error.HTTPError as e:
+    print(action, "not done: the gateway answered", e.code, e.read().decode()[:500],
+          file=sys.stderr)
+except OSError as e:
+    print(action, "skipped: the gateway does not answer:", e, file=sys.stderr)
 """
 """Runs inside the gateway container (host network): POST /admin/{action} on its loopback with
-its local admin token. While two gateways share the port (a handover, components/gateway.py)
-the connection may reach the other one, which refuses this container's token: the call is made
-again on a new connection (whichever process accepts it first gets it). Never fails the
-update: a gateway that does not answer (not started yet, already gone) has nothing to drain, and one
-that refuses (a gateway older than the drain routes, an upstream it does not know yet) is said on
-stderr, where `pulumi up` shows it; a card that could not be drained still fails over at the
-gateway, it only loses its in-flight requests."""
+the gateway's local admin token. While two gateways share the port (a handover,
+components/gateway.py) the connection may reach either: both read the token from the jobs
+folder they share. Never fails the update: a gateway that does not answer (not started yet,
+already gone) has nothing to drain, and one that refuses (a gateway older than the drain routes,
+an upstream it does not know yet) is said on stderr, where `pulumi up` shows it; a card that
+could not be drained still fails over at the gateway, it only loses its in-flight requests."""
 
 
 def gateway_call(
@@ -144,9 +139,9 @@ def gateway_call(
     stack: str | None = None,
 ) -> str:
     """A shell command that calls the gateway's admin `action` through `docker exec` on the
-    gateway's host, with the gateway's local admin token (`auth.local_token_file`, kept inside
-    its container: gateway/local_token.py); a missing or stopped gateway is skipped with a
-    note.
+    gateway's host, with the gateway's local admin token (`auth.local_token_file`, a root-only
+    file in the jobs folder the host's gateway containers mount: gateway/local_token.py); a
+    missing or stopped gateway is skipped with a note.
 
     The gateway's containers are found by their labels (role, `stack`: `project/stack`, host,
     port), not by name: a gateway container's name changes with its generation, and while one

@@ -3,10 +3,12 @@
 The stack drains and undrains a card's instances (components/rollout.py) by calling the admin
 routes through `docker exec` into the gateway container. Rather than copy an operator's admin
 token into the stack's commands (and so into its state and process lists), the gateway keeps a
-random token of its own in a root-only file inside its container (``auth.local_token_file``).
-Whoever can read that file can already do anything to the gateway.
+random token of its own in a root-only file (``auth.local_token_file``; the stack puts it in the
+jobs folder that every gateway container of the host mounts, so a gateway and the one it hands
+its port to accept the same token). Whoever can read that file can already do anything to the
+gateway.
 
-    digest = local_token_digest(Path("/run/paddleocr-fleet/admin.token"))
+    digest = local_token_digest(Path("/var/lib/paddleocr-fleet/jobs/admin.token"))
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def test_drain_asks_every_gateway_of_the_card_with_the_timeout_and_a_ttl():
     settings, plan = _plan({**SIM4, "drainTimeout": "120"})
     card = plan.card("local", 1)
     token_file = render.gateway_settings(settings).auth.local_token_file
-    assert token_file == "/run/paddleocr-fleet/admin.token"
+    assert token_file == render.LOCAL_TOKEN_FILE == "/var/lib/paddleocr-fleet/jobs/admin.token"
     command = rollout.drain_command(plan, card, settings.drain_timeout, token_file)
     listing = shlex.split(command.split("found=$(", 1)[1].split(")", 1)[0])
     assert listing[:3] == ["docker", "ps", "-q"]
