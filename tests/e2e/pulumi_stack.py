@@ -128,21 +128,29 @@ class PulumiStack:
             pulumi_yaml.read_text().replace("virtualenv: .venv", f"virtualenv: {venv}")
         )
 
+    def start(self, args: Iterable[Any], output: int | None = subprocess.PIPE) -> subprocess.Popen:
+        """`pulumi ARGS` running in a session of its own (an interrupted test ends the CLI and
+        every plugin it started); `output` takes its stdout and stderr."""
+        return subprocess.Popen(
+            [str(self.cli), *map(str, args)],
+            cwd=self.project,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+            text=True,
+            start_new_session=True,
+        )
+
+    def up_args(self) -> list[str]:
+        """`up` of this stack as the tests run it: no preview, no questions."""
+        return ["up", *self._stack_args(), "--yes", "--skip-preview", "--non-interactive"]
+
     def run(
         self, args: Iterable[Any], timeout: float = 1800, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         argv = [str(self.cli), *map(str, args)]
-        # A session of its own: an interrupted test ends the CLI and every plugin it started.
-        process = subprocess.Popen(
-            argv,
-            cwd=self.project,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        process = self.start(args)
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except BaseException:

@@ -14,100 +14,41 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from components.plan import FleetPlan, build_plan
-from components.settings import load_settings
-from tests.e2e.pulumi_stack import REPO, PulumiStack, changed
-from tests.e2e.test_fleet_on_docker import docker, labelled_containers, temp_model_dir
+from tests.e2e.pulumi_stack import REPO, changed
+from tests.e2e.sim_stack import SimStack, sim_stack
+from tests.e2e.test_fleet_on_docker import docker, labelled_containers
 
 pytestmark = pytest.mark.docker
 
-VLLM_BASE, PADDLEX_BASE, GATEWAY_PORT = 15025, 15120, 15101
-STACK = "day-two-" + os.urandom(3).hex()
-GATEWAY_NAME = "paddleocr-fleet-gateway-day-two"
-STACK_LABEL = f"paddleocr-fleet.stack=paddleocr-fleet/{STACK}"
 ADMIN_TOKEN = "day-two-admin-" + os.urandom(12).hex()
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 SOCKET = "unix:///var/run/docker.sock"
 SOCKET_RESPELLED = "unix:///var/run/../run/docker.sock"
 VLLM_LOAD_S = 12
-SIM_LOAD = f"""
-
-# test_day_two: the vLLM simulator loads for {VLLM_LOAD_S} s, as a real model takes its time.
-from dataclasses import replace  # noqa: E402
-
-KINDS["sim"] = replace(KINDS["sim"], vllm_env=(("VLLM_SIM_LOAD_SECONDS", "{VLLM_LOAD_S}"),))
-"""
-
-
-class Stack:
-    def __init__(self, stack: PulumiStack, config: dict[str, str]):
-        self.stack, self.config = stack, dict(config)
-
-    @property
-    def plan(self) -> FleetPlan:
-        return build_plan(load_settings(self.config))
-
-    def set(self, **values: str) -> None:
-        self.config.update(values)
-        self.stack.set_config(values)
 
 
 @pytest.fixture(scope="module")
 def fleet(docker_engine):
-    for name in docker("ps", "-a", "--format", "{{.Names}}").stdout.split():
-        if name == GATEWAY_NAME or re.search(r"-15[0-9]{3}-sim-", name):
-            docker("rm", "-f", name)  # leftovers of an interrupted run
-    model_dir = temp_model_dir()
     config = {
-        "accelerator": "sim",
-        "cards": "1",
-        "vllmPerCard": "1",
         "paddlexPerVllm": "1",
         "dockerHost": SOCKET,
-        "modelDir": model_dir,
-        "vllmBasePort": str(VLLM_BASE),
-        "paddlexBasePort": str(PADDLEX_BASE),
-        "gatewayPort": str(GATEWAY_PORT),
-        "gatewayContainerName": GATEWAY_NAME,
-        "gatewayImage": "paddleocr-fleet/gateway:latest",
         "keeper": "false",
         "gateway": json.dumps({"health": {"interval_s": 1}}),
+        "simVllmLoadSeconds": str(VLLM_LOAD_S),
         "vllmReadyTimeout": "120",
         "paddlexReadyTimeout": "120",
-        "readyPollInterval": "1",
     }
-    root = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-day-two-"))
-    stack = PulumiStack.create(
-        root, STACK, config, {"adminTokens": json.dumps({"ops": ADMIN_TOKEN})}
-    )
-    accelerators = stack.project / "components" / "accelerators.py"
-    text = accelerators.read_text()
-    accelerators.write_text(text + SIM_LOAD)
-    try:
-        yield Stack(stack, config)
-    finally:
-        left, why = {}, ""
-        if labelled_containers(STACK_LABEL):
-            done = stack.run(
-                ["destroy", "--stack", STACK, "--yes", "--non-interactive"], check=False
-            )
-            left, why = labelled_containers(STACK_LABEL), done.stdout[-3000:] + done.stderr[-2000:]
-            for name in left:  # a failed destroy leaves nothing running behind the test
-                docker("rm", "-f", name)
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(model_dir, ignore_errors=True)
-        assert not left, f"destroy left {sorted(left)}:\n{why}"
+    secrets = {"adminTokens": json.dumps({"ops": ADMIN_TOKEN})}
+    with sim_stack("day-two", 15000, secrets, **config) as fleet:
+        yield fleet
 
 
 def services(container: str) -> list[int]:
@@ -117,7 +58,7 @@ def services(container: str) -> list[int]:
     return [int(line.split()[0]) for line in out.splitlines() if "-m sim.paddlex --serve" in line]
 
 
-def pid_file_names(fleet: Stack, container: str) -> int:
+def pid_file_names(fleet: SimStack, container: str) -> int:
     from components.render import pid_file
 
     paddlex = next(p for p in fleet.plan.paddlex if p.container_name == container)
@@ -131,12 +72,12 @@ def healthy(url: str) -> bool:
         return False
 
 
-def gateway_states(fleet: Stack) -> dict[str, str]:
+def gateway_states(fleet: SimStack) -> dict[str, str]:
     answer = httpx.get(f"{fleet.plan.gateway.url}/upstreams", headers=ADMIN, timeout=10)
     return {u["url"]: u["state"] for u in answer.json()["upstreams"]}
 
 
-def start_command_state(fleet: Stack) -> dict:
+def start_command_state(fleet: SimStack) -> dict:
     """The PaddleX start command's state (what a delete or an update runs)."""
     return next(
         r["outputs"]
@@ -153,10 +94,10 @@ def test_up(fleet):
 
 
 def test_a_respelled_endpoint_leaves_one_service_that_the_stop_command_ends(fleet):
-    before = labelled_containers(STACK_LABEL)
+    before = labelled_containers(fleet.label)
     fleet.set(dockerHost=SOCKET_RESPELLED)
     steps = fleet.stack.up()
-    assert labelled_containers(STACK_LABEL) == before  # the same engine: nothing replaced
+    assert labelled_containers(fleet.label) == before  # the same engine: nothing replaced
     assert changed(steps)["local-card-0-paddlex-0-start"] == {"update"}
     paddlex = fleet.plan.paddlex[0]
     name = paddlex.container_name
@@ -208,7 +149,7 @@ def test_a_stopped_vllm_is_started_and_waited_for_and_its_paddlex_service_restar
     assert set(gateway_states(fleet).values()) == {"healthy"}, upstreams
 
 
-def fleetctl(fleet: Stack, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def fleetctl(fleet: SimStack, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps(fleet.stack.outputs()))
     return subprocess.run(
@@ -228,7 +169,7 @@ def test_a_removed_paddlex_is_named_with_its_repair_and_a_plain_up_creates_it(fl
     status = fleetctl(fleet, tmp_path, "status")
     assert status.returncode == 1
     assert f"{paddlex.container_name} (missing)" in status.stdout, status.stdout
-    assert f"pulumi up --refresh --stack {STACK}" in status.stdout, status.stdout
+    assert f"pulumi up --refresh --stack {fleet.name}" in status.stdout, status.stdout
     steps = fleet.stack.up()  # no --refresh: the project refreshes before every update
     assert "create" in changed(steps)["local-card-0-paddlex-0"]
     assert healthy(f"{paddlex.url}/health")
