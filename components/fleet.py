@@ -135,7 +135,7 @@ class Fleet:
         self, token: pulumi.Output[str] | None, guard: pulumi.Output[str]
     ) -> list[recycler.Recycler]:
         """A recycler on each host with cards, once its gateway and its cards are there."""
-        by_host = {g.host.name: g for g in self.gateways}
+        by_host = {p.host.name: g for p, g in zip(self.plan.gateways, self.gateways, strict=True)}
         out = []
         for host in self.plan.hosts:
             if not self.plan.cards_of(host.name):
