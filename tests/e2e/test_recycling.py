@@ -34,7 +34,6 @@ TOKEN, ADMIN_TOKEN = ("recycling-" + os.urandom(12).hex() for _ in range(2))
 USER = {"Authorization": f"Bearer {TOKEN}"}
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 URL = f"http://127.0.0.1:{GATEWAY_PORT}"
-PADDLEX = [f"paddle-{PADDLEX_BASE + i}-sim-0" for i in range(2)]
 
 
 @pytest.fixture(scope="module")
@@ -94,25 +93,31 @@ def started_at(container: str) -> str:
     return docker("inspect", "-f", "{{.State.StartedAt}}", container).stdout.strip()
 
 
+def paddlex_containers() -> list[str]:
+    return sorted(n for n in labelled_containers(STACK_LABEL) if n.startswith("paddle-"))
+
+
 def test_instances_past_max_documents_are_recycled_under_load_with_no_failed_request(stack):
-    first_start = {name: started_at(name) for name in PADDLEX}
+    paddlex = paddlex_containers()
+    assert len(paddlex) == 2, paddlex
+    first_start = {name: started_at(name) for name in paddlex}
     with ClientLoad(URL, clients=4, headers=USER) as load, CapacitySampler(URL, ADMIN) as cap:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             done = recycles()
-            if {r["container"] for r in done} == set(PADDLEX) and len(done) >= 3:
+            if {r["container"] for r in done} == set(paddlex) and len(done) >= 3:
                 break
             time.sleep(1)
         time.sleep(2)
     summary = summarize(load.results, cap.samples)
     done = recycles()
     print(json.dumps({"summary": summary, "recycles": done}, indent=1))
-    assert {r["container"] for r in done} == set(PADDLEX), done
+    assert {r["container"] for r in done} == set(paddlex), done
     assert all(r["ok"] and r["reason"].startswith("documents ") for r in done), done
     assert all(r["documents"] >= 5 and r["in_flight_at_restart"] == 0 for r in done), done
     assert summary["failed"] == 0, summary
     assert summary["capacity_floor"] >= 1, summary  # never both instances out
-    for name in PADDLEX:
+    for name in paddlex:
         assert started_at(name) != first_start[name], f"{name} was not restarted"
     states = httpx.get(f"{URL}/upstreams", headers=ADMIN, timeout=10).json()["upstreams"]
     assert all(u["state"] in ("healthy", "draining", "drained") for u in states), states
