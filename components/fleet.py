@@ -9,7 +9,7 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
-from components import render, rollout
+from components import recycler, render, rollout
 from components.access import check_access
 from components.balancer import Balancer, BalancerArgs
 from components.card import NpuCard, NpuCardArgs
@@ -97,6 +97,8 @@ class Fleet:
             instance: server.url.apply(lambda _, p=instance: render.gateway_upstream(p))
             for server, instance in zip(servers, plan.paddlex, strict=True)
         }
+        token = recycler.recycler_token(settings)
+        admin_tokens = [] if token is None else [recycler.admin_token_entry(token)]
         self.gateways = [
             Gateway(
                 f"{gateway.host.name}-gateway",
@@ -107,11 +109,13 @@ class Fleet:
                     image=settings.gateway_image,
                     provider=self.providers[gateway.host.name],
                     guard=guard,
+                    admin_tokens=admin_tokens,
                 ),
                 _former_names(gateway.host, "-gateway"),
             )
             for gateway in plan.gateways
         ]
+        self.recyclers = self._recyclers(token, guard) if settings.recycle else []
         self.balancer: Balancer | None = None
         if plan.balancer is not None:
             host = plan.balancer.host
@@ -126,6 +130,39 @@ class Fleet:
                 ),
                 _former_names(host, "-balancer"),
             )
+
+    def _recyclers(
+        self, token: pulumi.Output[str] | None, guard: pulumi.Output[str]
+    ) -> list[recycler.Recycler]:
+        """A recycler on each host with cards, once its gateway and its cards are there."""
+        by_host = {p.host.name: g for p, g in zip(self.plan.gateways, self.gateways, strict=True)}
+        out = []
+        for host in self.plan.hosts:
+            if not self.plan.cards_of(host.name):
+                continue
+            local = by_host.get(host.name)
+            image = local.image if local is not None else self.settings.gateway_image
+            # the gateways are ready once every PaddleX is: nothing is drained before
+            waits: list[pulumi.Resource] = [g.ready for g in self.gateways]
+            if local is not None:
+                waits += local.cleanups
+            out.append(
+                recycler.Recycler(
+                    f"{host.name}-recycler",
+                    recycler.RecyclerArgs(
+                        self.settings,
+                        self.plan,
+                        host,
+                        image,
+                        token,
+                        self.providers[host.name],
+                        guard,
+                        waits,
+                    ),
+                    _former_names(host, "-recycler"),
+                )
+            )
+        return out
 
     def outputs(self) -> dict[str, object]:
         """`gateway_url` is where clients send documents: the one gateway, or the balancer

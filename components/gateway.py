@@ -13,7 +13,7 @@ straight to their instances (gateway/keeper/client.py)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -40,6 +40,8 @@ class GatewayArgs:
     provider: pulumi.ProviderResource | None = None
     guard: pulumi.Output[str] | None = None
     """Resolves when the plan may be applied; the image build waits for it."""
+    admin_tokens: list[pulumi.Output[dict[str, str]]] = field(default_factory=list)
+    """Admin tokens of the stack's own (name and SHA-256: the recyclers')."""
 
 
 class Gateway(pulumi.ComponentResource):
@@ -65,8 +67,10 @@ class Gateway(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self),
             )
             waits.append(self.keeper.installed)  # new instances reach it before the gateway
-        self.config_json = entries.apply(
-            lambda found: render.gateway_config_json(settings, found, gateway.keeper)
+        self.config_json = pulumi.Output.all(entries, *args.admin_tokens).apply(
+            lambda found: render.gateway_config_json(
+                settings, found[0], gateway.keeper, list(found[1:])
+            )
         )
         argv = render.gateway_argv(gateway)
         envs = [f"GATEWAY_PORT={gateway.port}"]  # the image's healthcheck probes it
@@ -113,6 +117,9 @@ class Gateway(pulumi.ComponentResource):
             ),
         )
         self.container_name: pulumi.Output[str] = self.container.name
+        self.image, self.cleanups = image, cleanups
+        """The image, for the recyclers of its host (components/recycler.py), and what a
+        container of it waits for."""
         self.install = command.local.Command(
             f"{name}-config",
             create=self.container.name.apply(

@@ -404,10 +404,14 @@ def gateway_upstream(paddlex: PaddlexInstance) -> dict[str, Any]:
 
 
 def gateway_config(
-    settings: FleetSettings, upstreams: list[dict[str, Any]], keeper: KeeperPlan | None = None
+    settings: FleetSettings,
+    upstreams: list[dict[str, Any]],
+    keeper: KeeperPlan | None = None,
+    admin_tokens: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The gateway's config.json: defaults, the operator's `gateway` settings, the upstreams
-    (each naming the gateway's `keeper`, on the same host, as the way for job slices).
+    (each naming the gateway's `keeper`, on the same host, as the way for job slices), and
+    the stack's own `admin_tokens` (name and SHA-256: the recyclers', components/recycler.py).
 
     Behind the balancer (`gatewayLayout: per-host`) a gateway has one client, the balancer,
     which applies the per-client connection bound with the clients' own addresses instead
@@ -420,6 +424,9 @@ def gateway_config(
     if keeper is not None:
         upstreams = [{**entry, "keeper": keeper.local_url} for entry in upstreams]
     config["upstreams"] = upstreams
+    if admin_tokens:
+        auth = config.setdefault("auth", {})
+        auth["admin_tokens"] = [*auth.get("admin_tokens", []), *admin_tokens]
     return config
 
 
@@ -445,9 +452,12 @@ def _operator_gateway_config(settings: FleetSettings) -> dict[str, Any]:
 
 
 def gateway_config_json(
-    settings: FleetSettings, upstreams: list[dict[str, Any]], keeper: KeeperPlan | None = None
+    settings: FleetSettings,
+    upstreams: list[dict[str, Any]],
+    keeper: KeeperPlan | None = None,
+    admin_tokens: list[dict[str, str]] | None = None,
 ) -> str:
-    config = gateway_config(settings, upstreams, keeper)
+    config = gateway_config(settings, upstreams, keeper, admin_tokens)
     return json.dumps(config, indent=2, sort_keys=True) + "\n"
 
 

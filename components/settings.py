@@ -52,6 +52,8 @@ Port = Field(ge=1, le=65535)
 SECRET_KEYS = ("tokens", "adminTokens")
 """Config keys that hold credentials: accepted only as Pulumi secrets."""
 TOKEN_NAME = r"^[A-Za-z0-9_.@-]{1,64}$"
+RECYCLER_TOKEN_NAME = "recycler"
+"""The admin token the stack makes for its recyclers (components/recycler.py)."""
 
 
 def _check_token(token: SecretStr) -> SecretStr:
@@ -126,6 +128,33 @@ class HostSettings(_Model):
         exported DOCKER_HOST cannot send them to different engines (an exported DOCKER_CONTEXT,
         which pulumi-docker puts ahead of `host`, is refused: `fleet.check_environment`)."""
         return self.endpoint or LOCAL_DOCKER
+
+
+class RecycleSettings(_Model):
+    """Recycling of PaddleX instances (`recycle.*`, off unless set): a recycler on each host
+    restarts, one at a time, an instance whose container memory passed `maxMemoryMb` or that
+    served `maxDocuments` attempts since its last restart, drained before and undrained after
+    (gateway/recycler, components/recycler.py)."""
+
+    max_memory_mb: int | None = Field(
+        default=None, gt=0, description="container memory in use (as `docker stats` shows it)"
+    )
+    max_documents: int | None = Field(
+        default=None, gt=0, description="attempts served since the instance's last restart"
+    )
+    check_interval_s: float = Field(default=30, ge=1, description="seconds between checks")
+    min_uptime_s: float = Field(
+        default=300,
+        ge=0,
+        description="an instance younger than this is never recycled (a memory limit below "
+        "what a fresh instance needs must not restart it over and over)",
+    )
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> RecycleSettings:
+        if self.max_memory_mb is None and self.max_documents is None:
+            raise ValueError("give maxMemoryMb, maxDocuments or both (or remove 'recycle')")
+        return self
 
 
 class BalancerSettings(_Model):
@@ -232,6 +261,7 @@ class FleetSettings(_Model):
         "its own PaddleX, behind one balancer",
     )
     balancer: BalancerSettings | None = None
+    recycle: RecycleSettings | None = None
 
     tokens: dict[str, TokenEntry] = Field(default_factory=dict)
     admin_tokens: dict[str, SecretStr] = Field(default_factory=dict)
@@ -477,6 +507,13 @@ def _check_cross_field(settings: FleetSettings) -> None:
             f"config key 'gatewayHost': no host named {settings.gateway_host!r} (hosts: {names})"
         )
     _check_layout(settings, names)
+    if settings.recycle is not None:
+        taken = sorted(set(settings.tokens) | set(settings.admin_tokens))
+        if RECYCLER_TOKEN_NAME in taken:
+            raise ConfigError(
+                f"config key 'recycle': the token name {RECYCLER_TOKEN_NAME!r} is the "
+                "recyclers' own admin token; rename the token of that name"
+            )
     for key in ("simVllmLoadSeconds", "simPaddlexLoadSeconds"):
         if getattr(settings, to_snake(key)) is not None and not any(
             h.accelerator == "sim" for h in settings.hosts
