@@ -27,12 +27,16 @@ Usage::
 from __future__ import annotations
 
 import io
+import math
 import threading
 from typing import Any
 
 from gateway.workers import Blobs
 
-PDF_RENDER_PX_PER_PT = 2.0  # PaddleX renders PDF pages at scale 2 (144 dpi)
+PDF_MIN_RENDER_SCALE = 0.1
+"""PaddleX renders a PDF page at scale 2 (144 dpi), or at the largest scale down to this one
+(`PADDLE_PDX_PDF_MIN_RENDER_SCALE`) that keeps it within its pixel limit; only a page over the
+limit even at this scale is refused (paddlex/inference/utils/pdf_rendering.py)."""
 PDFIUM_HEADER_SPAN = 1024 + 4  # PDFium looks for "%PDF" at offsets 0 to 1024
 PDFIUM_LOCK = threading.RLock()  # one PDFium call at a time in this process
 
@@ -89,13 +93,15 @@ def _inspect(data: bytes, max_pages: int, max_pixels: int) -> dict[str, Any]:
                     f"page {index + 1} of the PDF cannot be read ({_why(exc)}): its page "
                     "tree is broken or loops",
                 )
-            width, height = abs(width) * PDF_RENDER_PX_PER_PT, abs(height) * PDF_RENDER_PX_PER_PT
+            width = math.ceil(abs(width) * PDF_MIN_RENDER_SCALE)
+            height = math.ceil(abs(height) * PDF_MIN_RENDER_SCALE)
             if width * height > max_pixels:
                 return _refuse(
                     413,
                     "image_too_large",
-                    f"PDF page {index + 1} renders to about {int(width)} x {int(height)} pixels "
-                    f"at 144 dpi, the limit is {max_pixels} pixels (input.max_image_pixels)",
+                    f"PDF page {index + 1} renders to {width} x {height} pixels even at "
+                    f"PaddleX's smallest scale ({PDF_MIN_RENDER_SCALE:g}, 7.2 dpi), the limit is "
+                    f"{max_pixels} pixels (input.max_image_pixels)",
                 )
         return {"pages": count}
     finally:

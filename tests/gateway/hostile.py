@@ -120,13 +120,14 @@ def page_tree_bomb(fanout: int = 30) -> bytes:
     )
 
 
-def huge_page_pdf() -> bytes:
-    """One page of 60000 x 60000 points (rendered at 144 dpi: 120000 x 120000 pixels)."""
+def huge_page_pdf(points: int = 200000) -> bytes:
+    """One page of `points` x `points` (the default: 20000 x 20000 pixels even at PaddleX's
+    smallest render scale, 0.1, over its 178,956,970-pixel limit)."""
     return _pdf(
         [
             b"<< /Type /Catalog /Pages 2 0 R >>",
             b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 60000 60000] >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %d %d] >>" % (points, points),
         ]
     )
 

@@ -66,7 +66,7 @@ def test_unreadable_image_headers_are_422(data, words):
     [
         (hostile.looping_pdf(), 422, "unreadable_pdf", "loops"),
         (hostile.page_tree_bomb(), 413, "too_many_pages", "input.max_pages"),
-        (hostile.huge_page_pdf(), 413, "image_too_large", "120000 x 120000"),
+        (hostile.huge_page_pdf(), 413, "image_too_large", "20000 x 20000 pixels even at"),
         (b"%PDF-1.7\n garbage", 422, "unreadable_pdf", "cannot be read"),
         (pdf_bytes(1001), 413, "too_many_pages", "1001 pages, the limit is 1000"),
     ],
@@ -77,6 +77,18 @@ def test_pdf_bounds(data, status, code, words):
     assert (err.value.status, err.value.code) == (status, code)
     assert words in err.value.message
     assert make_document(pdf_bytes(3), InputSettings(max_pages=3)).pages == 3
+
+
+def test_a_page_paddlex_renders_at_a_smaller_scale_is_served():
+    """PaddleX renders a page too large for 144 dpi at the largest scale (down to 0.1) that
+    fits its pixel limit: 60000 x 60000 points is 12000 x 12000 pixels at scale 0.2."""
+    import pypdfium2
+    from paddlex.inference.utils.pdf_rendering import get_pdf_render_scale_within_pixel_limit
+
+    data = hostile.huge_page_pdf(60000)
+    page = pypdfium2.PdfDocument(data)[0]
+    assert 0.1 < get_pdf_render_scale_within_pixel_limit(page.get_size(), page_index=0) < 2
+    assert make_document(data).pages == 1
 
 
 def test_workers_kill_a_job_past_its_timeout_without_blocking_the_loop():
