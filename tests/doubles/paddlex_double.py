@@ -1,6 +1,6 @@
 """A protocol-accurate test double of one ``paddlex --serve`` PaddleOCR-VL instance.
 
-Speaks the wire protocol of /work/shared/docs/paddlex-protocol.md:
+Speaks the wire protocol of docs/paddlex-protocol.md:
 
 - ``GET /health`` -> ``{"logId", "errorCode": 0, "errorMsg": "Healthy"}``.
 - ``POST /layout-parsing``: success envelope ``{"logId", "result", "errorCode": 0,
