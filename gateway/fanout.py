@@ -61,8 +61,19 @@ def plan_slices(count: int, threshold: int, max_slice: int, free: int) -> list[t
     """
     if count <= threshold:
         return [(0, count)]
-    size = max(1, min(max_slice, math.ceil(count / max(1, free))))
+    size = spread_size(count, max_slice, free)
     return [(first, min(size, count - first)) for first in range(0, count, size)]
+
+
+def spread_size(count: int, max_slice: int, free: int) -> int:
+    """The size of the first slice :func:`plan_slices` cuts from ``count`` pages (above the
+    threshold), without listing them: a job runner asks it for a backlog of many thousand
+    pages at every lease.
+
+    >>> spread_size(40, 16, 4), spread_size(200_000, 16, 48), spread_size(3, 16, 48)
+    (10, 16, 1)
+    """
+    return max(1, min(max_slice, math.ceil(count / max(1, free)), count))
 
 
 def free_capacity(pool: UpstreamPool, settings: Settings) -> int:

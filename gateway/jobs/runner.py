@@ -50,9 +50,9 @@ from gateway.fanout import (
     Work,
     free_capacity,
     pages_label,
-    plan_slices,
     slice_pages,
     slice_work,
+    spread_size,
 )
 from gateway.jobs.protocol import job_data
 from gateway.jobs.store import Job, JobStore, SliceClaim, SliceSize
@@ -180,7 +180,7 @@ class JobRunner:
         def size(pages: int, left: int, waiting: int, claimed: int) -> int:
             if pages <= fanout.threshold_pages:
                 return left
-            spread = plan_slices(waiting, 0, fanout.max_slice_pages, start - claimed)[0][1]
+            spread = spread_size(waiting, fanout.max_slice_pages, start - claimed)
             return min(fanout.max_slice_pages, max(spread, least))
 
         return size

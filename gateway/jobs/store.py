@@ -61,11 +61,19 @@ CREATE TABLE IF NOT EXISTS slices (
 );
 CREATE INDEX IF NOT EXISTS slices_open ON slices(state) WHERE state != 'done';
 """
+# after the migration (a store made before dispatch-time slicing has no cut column yet)
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS jobs_uncut ON jobs(tenant, created, id)
+  WHERE state IN ('pending','running') AND cut IS NOT NULL AND cut < npages;
+"""
 
 ACTIVE = ("pending", "running")
 # cut NULL: a job stored before slices were cut at dispatch (all its slices exist)
 _UNCUT = "cut IS NOT NULL AND cut < npages"
 _ALL_CUT = "(cut IS NULL OR cut >= npages)"
+# an active job with pages not yet in a slice: the jobs_uncut index's condition, word for word
+# (SQLite uses a partial index only for a query whose WHERE names its condition)
+_ACTIVE_UNCUT = f"state IN ('pending','running') AND {_UNCUT}"
 
 # the size of the next slice: (the job's pages, the job's pages not yet in a slice, the pages
 # waiting over every job (uncut, or in a slice not leased), slices leased so far in this claim)
@@ -123,6 +131,18 @@ def _job(row: sqlite3.Row) -> Job:
     )
 
 
+def _unit_order(unit: dict[str, Any]) -> tuple[float, str, int]:
+    """The order slices are leased in within a tenant: the oldest job first, page order."""
+    return unit["created"], unit["job_id"], unit["first"]
+
+
+def _drop(queues: dict[str | None, list[dict[str, Any]]], tenant: str | None) -> None:
+    """Take a tenant's next unit off its queue, and the tenant off when it has no more."""
+    queues[tenant].pop()
+    if not queues[tenant]:
+        del queues[tenant]
+
+
 def write_temporary(path: Path, data: bytes) -> Path:
     """``data`` in a fsynced temporary file beside ``path``, to be renamed onto it."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,12 +172,17 @@ class JobStore:
             root / "jobs.sqlite3", timeout=30, isolation_level=None, check_same_thread=False
         )
         self._db.row_factory = sqlite3.Row
-        # one connection for the event loop and the threads that store inputs
+        # one connection for every change (they are serialized by SQLite anyway)
         self._lock = threading.RLock()
+        # and one per thread for the reads a client waits on (a job's status, a batch):
+        # WAL readers wait neither for the writer nor for this process's lock
+        self._readers = threading.local()
+        self._reader_dbs: list[sqlite3.Connection] = []
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
         self._migrate()
+        self._db.executescript(_INDEXES)
         self.owners = OwnerRegistry(root / "owners")
 
     def _migrate(self) -> None:
@@ -171,6 +196,9 @@ class JobStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            for db in self._reader_dbs:
+                db.close()
+            self._reader_dbs.clear()
         self.owners.close()
 
     def _load_key(self) -> bytes:
@@ -206,6 +234,20 @@ class JobStore:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        """A read on this thread's own connection (see ``__init__``)."""
+        db = getattr(self._readers, "db", None)
+        if db is None:
+            db = sqlite3.connect(
+                self.root / "jobs.sqlite3", timeout=30, isolation_level=None,
+                check_same_thread=False,
+            )  # fmt: skip
+            db.row_factory = sqlite3.Row
+            with self._lock:
+                self._reader_dbs.append(db)
+            self._readers.db = db
+        return db.execute(sql, args).fetchall()
+
     # ------------------------------------------------------------------ paths
     def input_path(self, job_id: str) -> Path:
         return self.root / "inputs" / job_id
@@ -219,7 +261,7 @@ class JobStore:
     # ------------------------------------------------------------------ jobs
     def disk_bytes(self) -> int:
         """Bytes of inputs, page results and results the store holds (as recorded)."""
-        return int(self._query("SELECT COALESCE(SUM(bytes), 0) FROM jobs")[0][0])
+        return int(self._read("SELECT COALESCE(SUM(bytes), 0) FROM jobs")[0][0])
 
     def create_job(
         self, job: Job, data: bytes, slices: list[tuple[int, int]] | None = None
@@ -244,13 +286,11 @@ class JobStore:
             )
 
     def get(self, job_id: str) -> Job | None:
-        rows = self._query("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        rows = self._read("SELECT * FROM jobs WHERE id = ?", (job_id,))
         return _job(rows[0]) if rows else None
 
     def batch(self, batch_id: str) -> list[Job]:
-        rows = self._query(
-            "SELECT * FROM jobs WHERE batch_id = ? ORDER BY created, id", (batch_id,)
-        )
+        rows = self._read("SELECT * FROM jobs WHERE batch_id = ? ORDER BY created, id", (batch_id,))
         return [_job(row) for row in rows]
 
     def fail(self, job_id: str, error: str) -> bool:
@@ -297,20 +337,34 @@ class JobStore:
                     (now,),
                 )
             ]
+            # the oldest uncut jobs of each tenant (no more than it can take in this claim):
+            # a tenant that submits behind another's backlog of thousands of jobs is among
+            # the candidates at once (the jobs_uncut index: no scan of the finished jobs)
             units += [
                 {
                     "job_id": row["id"], "first": row["cut"], "tenant": row["tenant"],
                     "created": row["created"], "cut": row["cut"], "npages": row["npages"],
                 }
                 for row in db.execute(
-                    f"SELECT id, tenant, created, cut, npages FROM jobs WHERE state IN"
-                    f" ('pending','running') AND {_UNCUT} ORDER BY created LIMIT 500"
+                    "SELECT id, tenant, created, cut, npages FROM (SELECT id, tenant, created,"
+                    " cut, npages, ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY created, id)"
+                    f" AS rank FROM jobs WHERE {_ACTIVE_UNCUT}) WHERE rank <= ?",
+                    (count,),
                 )
             ]  # fmt: skip
             if not units:
                 return []
-            units.sort(key=lambda u: (u["created"], u["job_id"], u["first"]))
-            waiting = sum(u["count"] if u["cut"] is None else u["npages"] - u["cut"] for u in units)
+            waiting = sum(u["count"] for u in units if u["cut"] is None) + int(
+                db.execute(
+                    f"SELECT COALESCE(SUM(npages - cut), 0) FROM jobs WHERE {_ACTIVE_UNCUT}"
+                ).fetchone()[0]
+            )
+            # each tenant's units, oldest first
+            queues: dict[str | None, list[dict[str, Any]]] = {}
+            for unit in sorted(units, key=_unit_order):
+                queues.setdefault(unit["tenant"], []).append(unit)
+            for queue in queues.values():
+                queue.reverse()  # the oldest last: taken with pop()
             running: dict[str | None, int] = dict(
                 db.execute(
                     "SELECT j.tenant, COUNT(*) FROM slices s JOIN jobs j ON j.id = s.job_id"
@@ -319,11 +373,12 @@ class JobStore:
                 ).fetchall()
             )
             taken: list[tuple[str, int, int, int, list[str], bool]] = []
-            while units and len(taken) < count:
-                # stable: among the tenants with the fewest running, the oldest job first
-                unit = min(units, key=lambda u: running.get(u["tenant"], 0))
+            while queues and len(taken) < count:
+                # among the tenants with the fewest running, the one whose next unit is oldest
+                tenant = min(queues, key=lambda t: (running.get(t, 0), _unit_order(queues[t][-1])))
+                unit = queues[tenant][-1]
                 if unit["cut"] is None:
-                    units.remove(unit)
+                    _drop(queues, tenant)
                     first, pages = unit["first"], unit["count"]
                     db.execute(
                         "UPDATE slices SET state='running', owner=?, lease_until=? WHERE"
@@ -351,7 +406,7 @@ class JobStore:
                     db.execute("UPDATE jobs SET cut=? WHERE id=?", (first + pages, unit["job_id"]))
                     unit["cut"] = unit["first"] = first + pages
                     if unit["cut"] >= unit["npages"]:
-                        units.remove(unit)
+                        _drop(queues, tenant)
                     taken.append((unit["job_id"], first, pages, 0, [], True))
                 waiting -= pages
                 running[unit["tenant"]] = running.get(unit["tenant"], 0) + 1

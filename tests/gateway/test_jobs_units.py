@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.fanout import plan_slices
+from gateway.fanout import plan_slices, spread_size
 from gateway.jobs.protocol import (
     ProtocolError,
     check_result_signature,
@@ -95,6 +95,8 @@ def test_slices_adapt_to_free_capacity() -> None:
     assert plan_slices(40, 8, 16, 4) == [(0, 10), (10, 10), (20, 10), (30, 10)]
     assert plan_slices(40, 8, 16, 1) == [(0, 16), (16, 16), (32, 8)]
     assert plan_slices(9, 8, 16, 48) == [(i, 1) for i in range(9)]
+    for count, free in ((9, 48), (40, 4), (40, 1), (200_000, 48), (1, 0)):
+        assert spread_size(count, 16, free) == plan_slices(count, 0, 16, free)[0][1]
 
 
 def test_result_urls_are_signed_and_expire() -> None:
@@ -156,3 +158,22 @@ def test_store_leases_fairness_and_retention(tmp_path: Path) -> None:
     assert store.get("j1") is None and not store.result_path("j1").exists()
     store.close()
     again.close()
+
+
+def test_a_tenant_behind_another_tenants_backlog_is_leased_at_once(tmp_path: Path) -> None:
+    """Issue 24: the lease candidates were the 500 oldest jobs of all tenants, so a tenant
+    that submitted after another's backlog of thousands of jobs waited for most of it."""
+    store = JobStore(tmp_path)
+    for index in range(520):
+        store.create_job(_job(f"big-{index:04d}", "big", 1.0 + index), b"%PDF-big")
+    store.create_job(_job("late-0", "late", 1000.0), b"%PDF-late")
+    claims = store.claim_slices("p1", 30, count=2, size=lambda pages, left, waiting, k: 2)
+    assert [(c.job.id, c.first, c.count) for c in claims] == [("big-0000", 0, 2), ("late-0", 0, 2)]
+    # the next lease: the tenant with the fewest running first, each tenant's oldest pages
+    claims = store.claim_slices("p1", 30, count=3, size=lambda pages, left, waiting, k: 2)
+    assert [(c.job.id, c.first) for c in claims] == [
+        ("big-0000", 2),
+        ("late-0", 2),
+        ("big-0001", 0),
+    ]
+    store.close()

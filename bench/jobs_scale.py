@@ -1,0 +1,424 @@
+"""Jobs at scale (issue 24, item 3): the backlog a large customer brings.
+
+    python -m bench.jobs_scale                      # 2,000 jobs x 100 pages, 20 tokens
+    python -m bench.jobs_scale --compare REV        # the same run first against REV's gateway/
+    python -m bench.jobs_scale --smoke              # seconds: 4 instances (tests/bench)
+
+Against a real gateway process (``python -m gateway``, its job store in a temporary folder),
+the slice keeper and the simulated fleet of :mod:`bench.jobs` (48 instances), with its page
+cost cut to 100 ms + 50 ms per page so the fleet is fast enough to find the gateway's limits.
+Every token submits its share of the jobs at once (``submit_parallel`` uploads in flight per
+token), then the backlog drains for ``window_s`` seconds from the first submit: the run does
+not wait for all the pages (200,000 pages would take about 4 minutes at capacity, more on a
+loaded 2-core machine), it measures over the window. Meanwhile:
+
+- probes: a status poll (``GET /api/v2/ocr/jobs/{id}``, a random job) every ``status_every_s``,
+  and a 100-page submit every ``submit_every_s`` by a token outside the backlog (the "late"
+  tenant), each timed alone (open loop, from its scheduled time);
+- every second: the fleet's pages done (pages/s, the backlog left), the gateway's memory (RSS
+  of its process tree) and, every 5 s, the store's size on disk;
+- fairness: the pages each token got during the window (from the fleet's log: every token
+  submits its own numbered document), and how long the late tenant's jobs took.
+
+Then ``kill -9`` of the gateway with the backlog in its store, and a restart on the same store:
+the seconds until a job status is served again, and until the fleet parses again.
+
+Results: ``bench/results/jobs-scale-<profile>.json``, the markdown printed at the end (the
+table in docs/benchmarks.md) and, with ``--plot``, ``docs/img/jobs_scale.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from bench.jobs import config as jobs_config
+from bench.jobs_client import JobsClient, JobsError
+from bench.jobs_docs import numbered_pdf
+from bench.jobs_scale_report import markdown, plot, summarize, targets
+from bench.jobs_scenarios import ADMIN_TOKEN, Profile, capacities, sha
+from bench.procs import (
+    REPO,
+    CpuMeter,
+    GatewayProc,
+    KeeperProc,
+    _tree,
+    snapshot_gateway,
+    start_fleet,
+    start_gateway,
+    start_keeper,
+    tmpdir,
+)
+from bench.workload import FleetSpec
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+LATE = "tenant-late"  # the token outside the backlog whose submits are probes
+
+
+@dataclass(frozen=True)
+class ScaleProfile:
+    """One scale run: the backlog, the window, the probes."""
+
+    name: str
+    fleet: FleetSpec = field(
+        default_factory=lambda: FleetSpec(n=48, slow_factors=(), request_s=0.1, page_s=0.05)
+    )
+    jobs: int = 2000
+    tokens: int = 20
+    doc_pages: int = 100
+    submit_parallel: int = 4  # uploads in flight per token during the bulk submit
+    window_s: float = 150.0  # from the first submit
+    status_every_s: float = 0.05
+    submit_every_s: float = 2.0
+    restart_watch_s: float = 15.0
+    lease_s: float = 6.0
+    seed: int = 24
+
+    def jobs_profile(self) -> Profile:
+        """The :mod:`bench.jobs` profile whose gateway config and capacity this run shares."""
+        return Profile(self.name, self.fleet, doc_pages=self.doc_pages, lease_s=self.lease_s)
+
+
+PROFILES = {
+    "default": ScaleProfile("default"),
+    "smoke": ScaleProfile(
+        "smoke", FleetSpec(n=4, slow_factors=(), request_s=0.02, page_s=0.01), jobs=24,
+        tokens=3, doc_pages=12, submit_parallel=2, window_s=6.0, status_every_s=0.1,
+        submit_every_s=1.0, restart_watch_s=3.0, lease_s=2.0,
+    ),
+}  # fmt: skip
+
+
+def token(index: int) -> str:
+    return f"bench-scale-token-{index}"
+
+
+def gateway_config(prof: ScaleProfile, fleet: Any, jobs_dir: Path, keeper: KeeperProc) -> dict:
+    """:func:`bench.jobs.config` with one token per tenant of the backlog, plus the late one."""
+    cfg = jobs_config(prof.jobs_profile(), fleet, jobs_dir, keeper)
+    names = {f"tenant-{i}": token(i) for i in range(prof.tokens)} | {LATE: token(-1)}
+    cfg["auth"] = {
+        "tokens": [{"name": n, "sha256": sha(t)} for n, t in names.items()],
+        "admin_tokens": [{"name": "bench-admin", "sha256": sha(ADMIN_TOKEN)}],
+    }
+    cfg["jobs"] = {**cfg["jobs"], "max_disk_bytes": 50 * 2**30}
+    return cfg
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process and its descendants (the gateway's workers, PDF readers)."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as handle:
+                for line in handle:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
+
+
+def disk_bytes(root: Path) -> int:
+    """Bytes of every file under ``root`` (the SQLite files, inputs, page results)."""
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(folder, name)).st_size
+    return total
+
+
+class Run:
+    """The processes and what was measured so far, for one gateway source."""
+
+    def __init__(self, prof: ScaleProfile, src: Path, workdir: Path) -> None:
+        self.prof, self.src, self.workdir = prof, src, workdir
+        self.jobs_dir = workdir / "jobs"
+        self.pdfs = {t: numbered_pdf(t, prof.doc_pages) for t in range(prof.tokens)}
+        self.late_pdf = numbered_pdf(prof.tokens, prof.doc_pages)
+        self.ids: list[str] = []
+        self.submits: list[tuple[float, float, int]] = []  # (t, seconds, token)
+        self.probe_submits: list[tuple[float, float | None]] = []
+        self.statuses: list[tuple[float, float | None]] = []
+        self.late_jobs: dict[str, float] = {}  # job id -> submitted (t)
+        self.timeline: list[dict[str, float]] = []
+        self.t0 = 0.0
+        self.wall0 = 0.0
+        self.bulk_done: float | None = None
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    async def bulk_submit(self, url: str) -> None:
+        """Every token submits its jobs, ``submit_parallel`` uploads in flight per token."""
+        prof = self.prof
+
+        async def tenant(index: int) -> None:
+            count = prof.jobs // prof.tokens + (index < prof.jobs % prof.tokens)
+            queue = list(range(count))
+            async with JobsClient(url, token(index), timeout_s=300) as client:
+
+                async def uploader() -> None:
+                    while queue:
+                        queue.pop()
+                        started = time.monotonic()
+                        job_id = await client.submit(self.pdfs[index], f"scale-{index}")
+                        self.submits.append((started - self.t0, time.monotonic() - started, index))
+                        self.ids.append(job_id)
+
+                await asyncio.gather(*(uploader() for _ in range(prof.submit_parallel)))
+
+        await asyncio.gather(*(tenant(i) for i in range(prof.tokens)))
+        self.bulk_done = self.now()
+
+    async def probes(self, url: str, until: float) -> None:
+        """Status polls and late submits on their own schedules (open loop) until ``until``."""
+        prof = self.prof
+        rng = random.Random(prof.seed)
+        tasks: set[asyncio.Task[None]] = set()
+        async with (
+            JobsClient(url, ADMIN_TOKEN, timeout_s=60) as admin,
+            JobsClient(url, token(-1), timeout_s=60) as late,
+        ):
+
+            async def status(at: float) -> None:
+                if not self.ids:
+                    return
+                try:
+                    await admin.status(rng.choice(self.ids))
+                    self.statuses.append((at, self.now() - at))
+                except (JobsError, OSError, ValueError):
+                    self.statuses.append((at, None))
+
+            async def submit(at: float) -> None:
+                try:
+                    job_id = await late.submit(self.late_pdf, "scale-late")
+                    self.probe_submits.append((at, self.now() - at))
+                    self.late_jobs[job_id] = at
+                except (JobsError, OSError, ValueError):
+                    self.probe_submits.append((at, None))
+
+            next_status, next_submit = 0.5, 1.0
+            while (at := min(next_status, next_submit)) < until:
+                await asyncio.sleep(max(0.0, at - self.now()))
+                if at == next_status:
+                    task = asyncio.create_task(status(at))
+                    next_status += prof.status_every_s
+                else:
+                    task = asyncio.create_task(submit(at))
+                    next_submit += prof.submit_every_s
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            if tasks:
+                await asyncio.wait(tasks, timeout=30)
+
+    async def sample(self, fleet: Any, gateway: GatewayProc, until: float) -> None:
+        """Every second: pages done, the gateway's memory; every 5 s the store on disk."""
+        tick = 0
+        while (at := self.now()) < until:
+            stats = await fleet.stats()
+            point = {
+                "t": round(at, 3),
+                "pages": sum(s["pages"] for s in stats),
+                "submitted_jobs": len(self.ids) + len(self.late_jobs),
+                "rss": rss_bytes(gateway.proc.pid),
+            }
+            if tick % 5 == 0:
+                point["disk"] = await asyncio.to_thread(disk_bytes, self.jobs_dir)
+            self.timeline.append(point)
+            tick += 1
+            await asyncio.sleep(max(0.0, tick - self.now()))
+
+    async def late_done(self, url: str) -> dict[str, float | None]:
+        """When each late job was done (wall clock, to the second; None: not in the window)."""
+        out: dict[str, float | None] = {}
+        async with JobsClient(url, ADMIN_TOKEN, timeout_s=60) as admin:
+            for job in await admin.batch("scale-late") if self.late_jobs else []:
+                end = job["extractProgress"]["endTime"]
+                out[job["jobId"]] = (
+                    None
+                    if end is None or job["state"] != "done"
+                    else dt.datetime.strptime(end, "%Y-%m-%d %H:%M:%S")
+                    .replace(tzinfo=dt.UTC)
+                    .timestamp()
+                )
+        return out
+
+    async def restart(self, gateway: GatewayProc, cfg: dict, fleet: Any) -> dict[str, Any]:
+        """``kill -9`` with the backlog in the store; seconds until served and parsing again."""
+        os.killpg(gateway.proc.pid, signal.SIGKILL)
+        gateway.proc.wait()
+        await fleet.admin("/_admin/log", {"clear": True})
+        killed = time.time()
+        started = time.monotonic()
+        new = await start_gateway(cfg, self.workdir, "restarted", timeout_s=120, src=self.src)
+        healthy = time.monotonic() - started
+        url = f"http://127.0.0.1:{new.port}"
+        served = None
+        async with JobsClient(url, ADMIN_TOKEN, timeout_s=60) as admin:
+            while time.monotonic() - started < 120:
+                try:
+                    await admin.status(self.ids[-1])
+                    served = time.monotonic() - started
+                    break
+                except (JobsError, OSError):
+                    await asyncio.sleep(0.05)
+            await asyncio.sleep(max(0.0, self.prof.restart_watch_s - (time.monotonic() - started)))
+        log = (await fleet.admin("/_admin/log", {"clear": False}))["log"]
+        # a parse begun after the kill was sent by the restarted gateway (none was queued:
+        # the old one's requests went with its connections)
+        starts = sorted(e["start"] - killed for e in log if e["start"] > killed)
+        return {
+            "backlog_jobs": len(self.ids),
+            "healthy_s": round(healthy, 3),
+            "status_served_s": None if served is None else round(served, 3),
+            "first_parse_s": round(starts[0], 3) if starts else None,
+            "pages_in_watch": sum(len(e["pages"]) for e in log if e["start"] > killed),
+            "watch_s": self.prof.restart_watch_s,
+            "gateway": new,
+        }
+
+
+async def measure(prof: ScaleProfile, src: Path, keep: bool) -> dict[str, Any]:
+    """One full run against the gateway in ``src``."""
+    workdir = tmpdir()
+    fleet = start_fleet(prof.fleet)
+    gateways: list[GatewayProc] = []
+    keeper: KeeperProc | None = None
+    try:
+        keeper = await start_keeper(fleet.urls, workdir, src)
+        cfg = gateway_config(prof, fleet, workdir / "jobs", keeper)
+        gateway = await start_gateway(cfg, workdir, "scale", src=src)
+        gateways.append(gateway)
+        url = f"http://127.0.0.1:{gateway.port}"
+        run = Run(prof, src, workdir)
+        await fleet.admin("/_admin/log", {"clear": True})
+        meter = CpuMeter(
+            {"gateway": gateway.proc.pid, "fleet": fleet.proc.pid, "keeper": keeper.proc.pid,
+             "loadgen": os.getpid()}
+        )  # fmt: skip
+        run.t0, run.wall0 = time.monotonic(), time.time()
+        end = prof.window_s
+        await asyncio.gather(
+            run.bulk_submit(url), run.probes(url, end), run.sample(fleet, gateway, end)
+        )
+        cpu = meter.read()
+        log = (await fleet.admin("/_admin/log", {"clear": True}))["log"]
+        late = await run.late_done(url)
+        disk = await asyncio.to_thread(disk_bytes, run.jobs_dir)
+        restart = await run.restart(gateway, cfg, fleet)
+        gateways.append(restart.pop("gateway"))
+        return summarize(
+            prof,
+            capacities(prof.jobs_profile()),
+            {
+                "submits": run.submits,
+                "probe_submits": run.probe_submits,
+                "statuses": run.statuses,
+                "timeline": run.timeline,
+                "bulk_done_s": run.bulk_done,
+                "wall0": run.wall0,
+                "log": log,
+                "late_jobs": {k: run.wall0 + v for k, v in run.late_jobs.items()},
+                "late_done": late,
+                "disk_end": disk,
+                "jobs_submitted": len(run.ids),
+                "cpu_cores": cpu,
+                "restart": restart,
+            },
+        )
+    finally:
+        for gateway in gateways:
+            gateway.stop()
+        if keeper is not None:
+            keeper.stop()
+        fleet.stop()
+        if keep:
+            print(f"kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def export_revision(rev: str, workdir: Path) -> Path:
+    """``gateway/`` as of git revision ``rev``, in ``workdir/src-<rev>`` (for --compare)."""
+    dest = workdir / f"src-{rev.replace('/', '_')}"
+    dest.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "archive", rev, "gateway"], cwd=REPO, check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--compare", metavar="REV", help="first run the gateway/ of git revision REV")
+    ap.add_argument("--window", type=float, default=None, help="drain window (s)")
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, nargs="?", const=REPO / "docs/img/jobs_scale.png")
+    ap.add_argument("--keep-logs", action="store_true")
+    args = ap.parse_args(argv)
+    prof = PROFILES["smoke" if args.smoke else "default"]
+    if args.window is not None:
+        prof = replace(prof, window_s=args.window)
+    if args.jobs is not None:
+        prof = replace(prof, jobs=args.jobs)
+    started = dt.datetime.now(dt.UTC)
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    srcdir = tmpdir()
+    try:
+        sources = {"this": snapshot_gateway(srcdir)}
+        if args.compare:
+            sources = {args.compare: export_revision(args.compare, srcdir), **sources}
+        runs: dict[str, Any] = {}
+        for label, src in sources.items():
+            print(f"-- gateway {label}", file=sys.stderr, flush=True)
+            runs[label] = asyncio.run(measure(prof, src, args.keep_logs))
+            print(json.dumps(runs[label]["summary"])[:800], file=sys.stderr, flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        shutil.rmtree(srcdir, ignore_errors=True)
+    result = {
+        "meta": {
+            "profile": prof.name,
+            "started": started.isoformat(timespec="seconds"),
+            "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "compare": args.compare,
+        },
+        "profile": {**asdict(prof), "fleet": prof.fleet.to_dict()},
+        "capacity": capacities(prof.jobs_profile()),
+        "runs": runs,
+    }
+    result["targets"] = {label: targets(r["summary"]) for label, r in runs.items()}
+    out = args.out or RESULTS_DIR / f"jobs-scale-{prof.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(result))
+    if args.plot:
+        plot(result, args.plot)
+        print(f"plot: {args.plot}", file=sys.stderr)
+    print(f"results: {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
