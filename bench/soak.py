@@ -234,9 +234,10 @@ def _mib(text: str) -> float:
     return float(number) * scale.get(unit, 1)
 
 
-async def drive(url: str, run: Run, seconds: float, workers: dict[str, int]) -> None:
+async def drive(
+    url: str, run: Run, seconds: float, workers: dict[str, int], reference: list[str]
+) -> None:
     stop = asyncio.Event()
-    reference = await references(url, workers["job"])
     png, pdf = png_bytes(), pdf_bytes(3, 99)
     tasks = [
         *(sync_worker(url, "image", png, run, stop) for _ in range(workers["image"])),
@@ -286,6 +287,8 @@ def soak(minutes: float, fault_every_s: float, window_s: float, workers: dict[st
         fleet.stack.up()
         outputs = Path(tempfile.mkdtemp(prefix="soak-")) / "outputs.json"
         outputs.write_text(json.dumps(fleet.stack.outputs()))
+        reference = asyncio.run(references(fleet.url, workers["job"]))
+        run.started = time.monotonic()  # the clock of the report: the load's start
         faults = Faults(fleet, run, fault_every_s, outputs)
         memory_stop = threading.Event()
         memory = threading.Thread(
@@ -294,7 +297,7 @@ def soak(minutes: float, fault_every_s: float, window_s: float, workers: dict[st
         memory.start()
         faults.thread.start()
         try:
-            asyncio.run(drive(fleet.url, run, minutes * 60, workers))
+            asyncio.run(drive(fleet.url, run, minutes * 60, workers, reference))
         finally:
             faults.stop.set()
             faults.thread.join(900)
