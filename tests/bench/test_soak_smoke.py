@@ -13,7 +13,8 @@ from tests.e2e.conftest import docker_engine  # noqa: F401  (the fixture)
 pytestmark = pytest.mark.docker
 
 
-def test_four_minutes_with_a_fault_of_each_kind_lose_nothing(docker_engine, tmp_path):
+@pytest.mark.usefixtures("docker_engine")
+def test_four_minutes_with_a_fault_of_each_kind_lose_nothing(tmp_path):
     out = tmp_path / "soak.json"
     args = ["--minutes", "4", "--fault-every", "15", "--window", "60"]
     status = soak.main([*args, "--out", str(out), "--plot", str(tmp_path / "soak.png")])
