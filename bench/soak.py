@@ -279,11 +279,13 @@ def summarize(run: Run, window_s: float) -> dict[str, Any]:
     }
 
 
-def soak(minutes: float, fault_every_s: float, window_s: float, workers: dict[str, int]):
+def soak(
+    minutes: float, fault_every_s: float, window_s: float, workers: dict[str, int], ports: int
+) -> dict[str, Any]:
     run = Run()
     secrets = tokens(USER_TOKEN, ADMIN_TOKEN)
     config = {"cards": "2", "paddlexPerVllm": "3", "simVllmLoadSeconds": "10"}
-    with sim_stack("soak", PORTS, secrets, **config) as fleet:
+    with sim_stack(f"soak-{ports}", ports, secrets, **config) as fleet:
         fleet.stack.up()
         outputs = Path(tempfile.mkdtemp(prefix="soak-")) / "outputs.json"
         outputs.write_text(json.dumps(fleet.stack.outputs()))
@@ -361,11 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", type=int, default=4, help="clients sending small images")
     parser.add_argument("--pdfs", type=int, default=2, help="clients sending 3-page PDFs")
     parser.add_argument("--jobs", type=int, default=2, help="clients running 12-page jobs")
+    parser.add_argument("--ports", type=int, default=PORTS, help="the stack's block of ports")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "soak.json")
     parser.add_argument("--plot", type=Path, default=REPO / "docs" / "img" / "soak_memory.png")
     a = parser.parse_args(argv)
     workers = {"image": a.images, "pdf": a.pdfs, "job": a.jobs}
-    result = soak(a.minutes, a.fault_every, a.window, workers)
+    result = soak(a.minutes, a.fault_every, a.window, workers, a.ports)
     result["command"] = "python -m bench.soak " + " ".join(argv or sys.argv[1:])
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=1) + "\n")

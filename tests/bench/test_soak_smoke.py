@@ -16,7 +16,7 @@ pytestmark = pytest.mark.docker
 @pytest.mark.usefixtures("docker_engine")
 def test_four_minutes_with_a_fault_of_each_kind_lose_nothing(tmp_path):
     out = tmp_path / "soak.json"
-    args = ["--minutes", "4", "--fault-every", "15", "--window", "60"]
+    args = ["--minutes", "4", "--fault-every", "15", "--window", "60", "--ports", "24000"]
     status = soak.main([*args, "--out", str(out), "--plot", str(tmp_path / "soak.png")])
     result = json.loads(out.read_text())
     assert result["requests"] > 100 and result["jobs"]["done"] > 0, result
