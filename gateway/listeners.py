@@ -85,8 +85,17 @@ def obtain(
 ) -> tuple[list[socket.socket], bool]:
     """The sockets to serve: those of the gateway answering at ``handover`` (True), else
     ``count`` new ones (False). Inherited sockets are all served, whatever ``count`` is: each
-    may hold connections waiting to be accepted."""
-    if handover:
+    may hold connections waiting to be accepted.
+
+    While the port is in use and no answer came, it asks again (an answer may have failed on a
+    busy machine, or the path was being handed to a newer gateway) and tries to bind, for up to
+    :data:`BIND_WAIT_S`: a gateway of a release without the handover holds the port until the
+    deployment stops it."""
+    if not handover:
+        return bind_sockets(host, port, count), False
+    deadline = time.monotonic() + BIND_WAIT_S
+    said = False
+    while True:
         inherited = inherit(handover, host, port)
         if inherited:
             log.info(
@@ -97,27 +106,18 @@ def obtain(
                 handover,
             )
             return inherited, True
-        return _bind_when_free(host, port, count, BIND_WAIT_S), False
-    return bind_sockets(host, port, count), False
-
-
-def _bind_when_free(host: str, port: int, count: int, wait_s: float) -> list[socket.socket]:
-    """:func:`bind_sockets`, retried while the port is in use, for up to ``wait_s``."""
-    deadline = time.monotonic() + wait_s
-    said = False
-    while True:
         try:
-            return bind_sockets(host, port, count)
+            return bind_sockets(host, port, count), False
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
                 raise
             if not said:
                 log.warning(
-                    "%s:%d is in use and no gateway hands its sockets over: waiting up to %.0fs "
-                    "for the one that holds it to stop",
+                    "%s:%d is in use and no gateway hands its sockets over: asking again and "
+                    "waiting up to %.0fs for the one that holds it to stop",
                     host,
                     port,
-                    wait_s,
+                    BIND_WAIT_S,
                 )
                 said = True
             time.sleep(0.2)

@@ -26,7 +26,7 @@ from tests.load_clients import Load
 from tests.waiting import wait_for
 
 SLOW_PAGES = 3  # a document of this many pages takes SLOW_S at the doubles
-SLOW_S = 1.5
+SLOW_S = 5.0  # long enough for the SIGTERM to be handled before it ends, even on a busy machine
 
 
 def _config(tmp_path: Path, urls: list[str]) -> Path:
@@ -44,8 +44,16 @@ def _offering(gw: GatewayProcess) -> bool:
 def test_replaced_gateway_refuses_nothing(tmp_path: Path, workers_a: int, workers_b: int) -> None:
     handover = tmp_path / "run" / "handover.sock"
     with DoubleFleet(4, service_time_s=0.05) as fleet:
+        slow_started = threading.Event()
+
+        def service_time(pages: int) -> float:
+            if pages == SLOW_PAGES:
+                slow_started.set()
+                return SLOW_S
+            return 0.05
+
         for double in fleet:
-            double.knobs.service_time_fn = lambda pages: SLOW_S if pages == SLOW_PAGES else 0.05
+            double.knobs.service_time_fn = service_time
         config = _config(tmp_path, fleet.urls)
         a = GatewayProcess(config, tmp_path / "a.log", workers=workers_a, handover=handover)
         b: GatewayProcess | None = None
@@ -67,7 +75,7 @@ def test_replaced_gateway_refuses_nothing(tmp_path: Path, workers_a: int, worker
                     target=lambda: slow.setdefault("reply", early.post("/ocr-file", files=document))
                 )
                 in_flight.start()
-                time.sleep(SLOW_S / 3)  # at a double now
+                assert slow_started.wait(30)  # at a double now, through A
                 stopped = time.monotonic()
                 assert a.terminate(timeout=30) in (0, -15)  # uvicorn ends by the signal it got
                 in_flight.join(30)
