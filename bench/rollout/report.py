@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import Report, Table, fmt_latency, render_markdown
-from bench.rollout.fleet import SCENARIOS
+from bench.rollout.fleet import ALL_AT_ONCE, SCENARIOS
 
 BEGIN = "<!-- bench.rollout results: begin (python -m bench.rollout rewrites this part) -->"
 END = "<!-- bench.rollout results: end -->"
@@ -33,6 +33,8 @@ def _floor(r: dict[str, Any]) -> str:
 def _ratio(r: dict[str, Any], records: list[dict[str, Any]]) -> str:
     if r["mode"] != "rolling":
         return ""
+    if r["scenario"] not in ALL_AT_ONCE:
+        return "n/a"
     other = next(
         (o for o in records if (o["cards"], o["scenario"], o["mode"]) ==
          (r["cards"], r["scenario"], "all-at-once")),
@@ -76,7 +78,8 @@ def build_report(results: dict[str, Any]) -> Report:
     failures = sorted({f for r in records for f in r["failures"]})
     table_note = (
         "Targets, rolling: 0 failed requests; capacity floor ≥ all cards minus "
-        "`maxUnavailableCards` (1), in instances. Duration: the `pulumi up` (refresh included), "
+        "`maxUnavailableCards` (1), in instances. n/a: a change that replaces no card has no "
+        "all-at-once form. Duration: the `pulumi up` (refresh included), "
         "or the `fleetctl recycle`. Failures seen: " + ("; ".join(failures)[:600] or "none") + "."
     )
     table = Table(table.title, table.columns, table.align, table.rows, table_note)
@@ -109,11 +112,15 @@ def plot_capacity(results: dict[str, Any], path: Path) -> Path:
     records = results["records"]
     scenarios = [s for s in SCENARIOS if any(r["scenario"] == s for r in records)]
     cards = sorted({r["cards"] for r in records})
+    columns = min(2, len(scenarios))
+    rows = -(-len(scenarios) // columns)
     fig, axes = plt.subplots(
-        1, len(scenarios), figsize=(4.6 * len(scenarios), 3.8), squeeze=False, sharey=True
+        rows, columns, figsize=(6.4 * columns, 3.6 * rows + 0.4), squeeze=False, sharey=True
     )
+    for ax in axes.flat[len(scenarios) :]:
+        ax.set_visible(False)
     colors = {n: f"C{i}" for i, n in enumerate(cards)}
-    for ax, scenario in zip(axes[0], scenarios, strict=True):
+    for ax, scenario in zip(axes.flat, scenarios, strict=False):
         for r in records:
             if r["scenario"] != scenario or not r["capacity"]:
                 continue
@@ -131,7 +138,8 @@ def plot_capacity(results: dict[str, Any], path: Path) -> Path:
         ax.set_xlabel("seconds since the change began")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    axes[0][0].set_ylabel("PaddleX instances serving")
+    for row in axes:
+        row[0].set_ylabel("PaddleX instances serving")
     fig.suptitle(
         "Capacity during each change (dotted: the rolling floor; thin line: the rolling change's "
         "end)",
