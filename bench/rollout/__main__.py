@@ -86,6 +86,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--note", default="", help="a sentence for the table's intro (the machine)")
     ap.add_argument("--from", dest="source", type=Path, help="render a results file, run nothing")
+    ap.add_argument("--merge", type=Path, metavar="FILE",
+                    help="put this run's records into the results FILE, in place of its records "
+                    "of the same cards and changes (a change measured again)")  # fmt: skip
     a = ap.parse_args(argv)
     if a.clients < 1:
         ap.error(f"--clients {a.clients}: at least 1")
@@ -160,6 +163,21 @@ def _write(results: dict[str, Any], out: Path | None) -> None:
         out.write_text(json.dumps(results, indent=1) + "\n")
 
 
+def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `new`'s records in place of its records of the same cards and change; the
+    meta of `base`, with `new`'s command added."""
+    redone = {(r["cards"], r["scenario"]) for r in new["records"]}
+    kept = [r for r in base["records"] if (r["cards"], r["scenario"]) not in redone]
+    order = {s: i for i, s in enumerate(SCENARIOS)}
+    records = sorted(
+        [*kept, *new["records"]],
+        key=lambda r: (r["cards"], order[r["scenario"]], r["mode"] != "rolling"),
+    )
+    meta = dict(base["meta"])
+    meta["merged"] = [*meta.get("merged", []), f"{new['meta']['command']} ({new['meta']['date']})"]
+    return {"meta": meta, "records": records, "errors": [*base["errors"], *new["errors"]]}
+
+
 def publish(results: dict[str, Any], a: argparse.Namespace) -> None:
     print(markdown(results))
     for error in results.get("errors", []):
@@ -179,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(a.source.read_text())
     else:
         results = run(a, argv)
+        if a.merge is not None:
+            results = merge(json.loads(a.merge.read_text()), results)
         _write(results, a.out)
     publish(results, a)
     return 1 if results.get("errors") else 0

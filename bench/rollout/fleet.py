@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from tests.e2e.pulumi_stack import PulumiStack
+from tests.e2e.pulumi_stack import PulumiStack, changed
 
 REPO = Path(__file__).resolve().parents[2]
 GATEWAY_IMAGE = "paddleocr-fleet/gateway:latest"
@@ -88,7 +88,7 @@ class BenchFleet:
     def __init__(self, stack: PulumiStack, shape: Shape, port: int, root: Path, model_dir: str):
         self.stack, self.shape, self.port, self.root = stack, shape, port, root
         self.model_dir = model_dir
-        self.values = {key: values[0] for key, values in FLIPS.items()}
+        self.values = {scenario: values[0] for scenario, (_, values) in FLIPS.items()}
         self.values["a"], self.values["b"] = "16384", "128"  # the defaults, as created
         self.user_token = stack.name + "-user-" + os.urandom(8).hex()
         self.admin_token = stack.name + "-admin-" + os.urandom(8).hex()
@@ -181,8 +181,10 @@ class BenchFleet:
         width = self.shape.cards if all_at_once else 1
         self.stack.set_config({key: value, "maxUnavailableCards": str(width)})
         started = time.monotonic()
-        self.stack.up()
+        steps = self.stack.up()
         took = time.monotonic() - started
+        if not changed(steps):
+            raise RuntimeError(f"{key} {self.values[scenario]} -> {value} changed nothing")
         self.values[scenario] = value
         return took
 

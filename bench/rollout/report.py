@@ -55,6 +55,8 @@ def build_report(results: dict[str, Any]) -> Report:
         f"{m['warmup_s']:g} s of load before each change; wall time {m['wall_s'] / 60:.1f} min."
         f" {m.get('note', '')}".rstrip()
     )
+    for command in m.get("merged", []):
+        intro += f" Measured again and merged in: `{command.split(' (')[0]}`."
     table = Table(
         "Clients during each change (capacity: PaddleX instances serving, sampled from "
         "`/upstreams`)",
