@@ -196,9 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.source is not None:
         results = json.loads(a.source.read_text())
     else:
-        results = run(a, argv)
-        if a.merge is not None:
-            results = merge(json.loads(a.merge.read_text()), results)
+        base = json.loads(a.merge.read_text()) if a.merge is not None else None  # before
+        results = run(a, argv)  # which writes --out as it goes, perhaps over --merge's file
+        if base is not None:
+            results = merge(base, results)
         _write(results, a.out)
     publish(results, a)
     return 1 if results.get("errors") else 0
