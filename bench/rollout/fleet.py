@@ -85,9 +85,10 @@ def ensure_bench_images() -> None:
 class BenchFleet:
     """One stack, created and brought up by `create`, destroyed on exit."""
 
-    def __init__(self, stack: PulumiStack, shape: Shape, port: int, root: Path, model_dir: str):
+    def __init__(self, stack: PulumiStack, shape: Shape, port: int, root: Path, dirs: list[str]):
         self.stack, self.shape, self.port, self.root = stack, shape, port, root
-        self.model_dir = model_dir
+        self.dirs = dirs
+        """The host folders the stack mounts (its model and jobs folders), removed at the end."""
         self.values = {scenario: values[0] for scenario, (_, values) in FLIPS.items()}
         self.values["a"], self.values["b"] = "16384", "128"  # the defaults, as created
         self.user_token = stack.name + "-user-" + os.urandom(8).hex()
@@ -114,6 +115,7 @@ class BenchFleet:
         root = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-rollout-bench-"))
         model_dir = tempfile.mkdtemp(prefix="paddleocr-fleet-model-")
         os.chmod(model_dir, 0o777)
+        jobs_dir = tempfile.mkdtemp(prefix="paddleocr-fleet-jobs-")
         config = {
             "accelerator": "sim",
             "cards": str(shape.cards),
@@ -126,7 +128,7 @@ class BenchFleet:
             "gatewayContainerName": container_prefix(port),
             "keeperPort": str(port + 1),
             "gatewayImage": BENCH_TAGS[0],
-            "gatewayJobsDir": tempfile.mkdtemp(prefix="paddleocr-fleet-jobs-"),
+            "gatewayJobsDir": jobs_dir,
             "simVllmLoadSeconds": f"{shape.vllm_load_s:g}",
             "maxUnavailableCards": "1",
             "drainTimeout": "120",
@@ -135,7 +137,7 @@ class BenchFleet:
             "readyPollInterval": "1",
         }
         stack = PulumiStack.create(root, name, config)
-        fleet = cls(stack, shape, port, root, model_dir)
+        fleet = cls(stack, shape, port, root, [model_dir, jobs_dir])
         stack.set_config(
             {
                 "tokens": json.dumps({"bench": fleet.user_token}),
@@ -162,8 +164,8 @@ class BenchFleet:
         args = ["destroy", "--stack", self.stack.name, "--yes", "--non-interactive"]
         self.stack.run(args, check=False)
         remove_leftovers(self.port)
-        shutil.rmtree(self.root, ignore_errors=True)
-        shutil.rmtree(self.model_dir, ignore_errors=True)
+        for path in [self.root, *self.dirs]:
+            shutil.rmtree(path, ignore_errors=True)
 
     def apply(self, scenario: str, all_at_once: bool = False) -> float:
         """Make change `scenario` (rolling, or all cards in one wave); seconds it took (the
