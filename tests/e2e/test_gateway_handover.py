@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.rollout.load import ClientLoad
 from tests.e2e.pulumi_stack import PulumiStack, changed
 from tests.e2e.test_fleet_on_docker import (
     ContainerEvents,
@@ -23,7 +24,6 @@ from tests.e2e.test_fleet_on_docker import (
     labelled_containers,
     temp_model_dir,
 )
-from tests.load_clients import Load
 
 pytestmark = pytest.mark.docker
 
@@ -95,7 +95,7 @@ def test_a_changed_gateway_source_replaces_the_gateway_without_refusing_anything
     source = stack.project / "gateway" / "postprocess.py"
     source.write_text(source.read_text() + "\n# a change of the gateway's sources\n")
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    with ContainerEvents() as events, Load(url, clients=8, headers=headers) as load:
+    with ContainerEvents() as events, ClientLoad(url, clients=8, headers=headers) as load:
         time.sleep(2)
         before = load.total
         started = time.monotonic()

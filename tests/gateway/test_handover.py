@@ -17,12 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.rollout.load import ClientLoad
 from gateway.listeners import Offer, bind_sockets, inherit, obtain
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import gateway_config
 from tests.gateway.multiworker_helpers import GatewayProcess
 from tests.gateway.samples import pdf_bytes
-from tests.load_clients import Load
 from tests.waiting import wait_for
 
 SLOW_PAGES = 3  # a document of this many pages takes SLOW_S at the doubles
@@ -61,7 +61,7 @@ def test_replaced_gateway_refuses_nothing(tmp_path: Path, workers_a: int, worker
             assert wait_for(lambda: _offering(a)), a.log()[-2000:]
             early = httpx.Client(base_url=a.url, timeout=60, trust_env=False)
             assert early.get("/health").status_code == 200  # a kept-alive connection to A
-            with Load(a.url, clients=8) as load:
+            with ClientLoad(a.url, clients=8) as load:
                 time.sleep(1.0)
                 b = GatewayProcess(
                     config, tmp_path / "b.log", workers=workers_b, port=a.port, handover=handover
