@@ -55,9 +55,10 @@ class SimStack:
         self.stack.set_config(values)
 
 
-def sim_config(ports: int, gateway_name: str, **overrides: str) -> dict[str, str]:
-    """One sim card (one vLLM, two PaddleX), the prebuilt gateway image, short waits."""
-    return {
+def sim_config(ports: int, gateway_name: str, **overrides: str | None) -> dict[str, str]:
+    """One sim card (one vLLM, two PaddleX), the prebuilt gateway image, short waits; an
+    override of None leaves that key out."""
+    config = {
         "accelerator": "sim",
         "cards": "1",
         "vllmPerCard": "1",
@@ -74,6 +75,7 @@ def sim_config(ports: int, gateway_name: str, **overrides: str) -> dict[str, str
         "readyPollInterval": "1",
         **overrides,
     }
+    return {key: value for key, value in config.items() if value is not None}
 
 
 @contextlib.contextmanager
@@ -81,7 +83,7 @@ def sim_stack(
     module: str,
     ports: int,
     secrets: Mapping[str, str] | None = None,
-    **overrides: str,
+    **overrides: str | None,
 ) -> Iterator[SimStack]:
     """A stack named after `module` (and a random suffix) with `sim_config` and `overrides`."""
     gateway_name = f"paddleocr-fleet-gateway-{module}"

@@ -9,59 +9,31 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
 from bench.rollout.load import ClientLoad
-from tests.e2e.pulumi_stack import PulumiStack, changed
+from tests.e2e.pulumi_stack import changed
+from tests.e2e.sim_stack import SimStack, sim_stack, tokens
 from tests.e2e.test_fleet_on_docker import (
     ContainerEvents,
     docker,
     labelled_containers,
-    temp_model_dir,
 )
 
 pytestmark = pytest.mark.docker
 
-VLLM_BASE, PADDLEX_BASE, GATEWAY_PORT, KEEPER_PORT = 19425, 19520, 19401, 19402
-STACK = "e2e-handover-" + os.urandom(3).hex()
-GATEWAY_NAME = "paddleocr-fleet-gateway-handover-e2e"
-STACK_LABEL = f"paddleocr-fleet.stack=paddleocr-fleet/{STACK}"
 TOKEN = "e2e-user-token-" + os.urandom(12).hex()
 ADMIN_TOKEN = "e2e-admin-token-" + os.urandom(12).hex()
 
 
-def config(model_dir: str) -> dict[str, str]:
-    return {
-        "accelerator": "sim",
-        "cards": "1",
-        "vllmPerCard": "1",
-        "paddlexPerVllm": "2",
-        "modelDir": model_dir,
-        "vllmBasePort": str(VLLM_BASE),
-        "paddlexBasePort": str(PADDLEX_BASE),
-        "gatewayPort": str(GATEWAY_PORT),
-        "gatewayContainerName": GATEWAY_NAME,
-        "keeperPort": str(KEEPER_PORT),
-        "gatewayJobsDir": tempfile.mkdtemp(prefix="paddleocr-fleet-jobs-"),
-        # built from the stack's sources (no gatewayImage), on the local base image
-        "buildArgs": json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
-        "vllmReadyTimeout": "180",
-        "paddlexReadyTimeout": "180",
-        "readyPollInterval": "1",
-    }
-
-
-def gateways() -> dict[str, str]:
+def gateways(fleet: SimStack) -> dict[str, str]:
     """Name -> id of the stack's gateway containers."""
     return {
         name: cid
-        for name, cid in labelled_containers(STACK_LABEL).items()
-        if name.startswith(GATEWAY_NAME + "-") and not name.endswith("-keeper")
+        for name, cid in labelled_containers(fleet.label).items()
+        if name.startswith(fleet.gateway_name + "-") and not name.endswith("-keeper")
     }
 
 
@@ -70,28 +42,22 @@ def full_id(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def stack(docker_engine):
-    for name in labelled_containers("paddleocr-fleet.port=" + str(GATEWAY_PORT)):
-        if name.startswith(GATEWAY_NAME):
-            docker("rm", "-f", name)  # leftovers of an interrupted run of this module
-    root = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-e2e-"))
-    secrets = {
-        "tokens": json.dumps({"e2e": TOKEN}),
-        "adminTokens": json.dumps({"ops": ADMIN_TOKEN}),
+def fleet(docker_engine):
+    # built from the stack's sources (no gatewayImage), on the local base image
+    config = {
+        "gatewayImage": None,
+        "buildArgs": json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
     }
-    stack = PulumiStack.create(root, STACK, config(temp_model_dir()), secrets)
-    try:
-        yield stack
-    finally:
-        stack.run(["destroy", "--stack", STACK, "--yes", "--non-interactive"], check=False)
-        shutil.rmtree(root, ignore_errors=True)
+    with sim_stack("handover", 25000, tokens(TOKEN, ADMIN_TOKEN), **config) as fleet:
+        yield fleet
 
 
-def test_a_changed_gateway_source_replaces_the_gateway_without_refusing_anything(stack):
+def test_a_changed_gateway_source_replaces_the_gateway_without_refusing_anything(fleet):
+    stack = fleet.stack
     stack.up()
-    (old_name,) = gateways()
+    (old_name,) = gateways(fleet)
     old_id = full_id(old_name)
-    url = f"http://127.0.0.1:{GATEWAY_PORT}"
+    url = fleet.url
     source = stack.project / "gateway" / "postprocess.py"
     source.write_text(source.read_text() + "\n# a change of the gateway's sources\n")
     headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -102,7 +68,7 @@ def test_a_changed_gateway_source_replaces_the_gateway_without_refusing_anything
         steps = stack.up()
         took = time.monotonic() - started
         time.sleep(2)
-    (new_name,) = gateways()
+    (new_name,) = gateways(fleet)
     new_id = full_id(new_name)
     assert new_name != old_name and new_id != old_id
     assert "local-gateway" in changed(steps)

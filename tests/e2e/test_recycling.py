@@ -10,72 +10,33 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from bench.rollout.load import CapacitySampler, ClientLoad, summarize
-from tests.e2e.pulumi_stack import PulumiStack
-from tests.e2e.test_fleet_on_docker import docker, labelled_containers, temp_model_dir
+from tests.e2e.sim_stack import SimStack, sim_stack, tokens
+from tests.e2e.test_fleet_on_docker import docker, labelled_containers
 
 pytestmark = pytest.mark.docker
 
-VLLM_BASE, PADDLEX_BASE, GATEWAY_PORT = 22025, 22120, 22101
-STACK = "recycling-" + os.urandom(3).hex()
-GATEWAY_NAME = "paddleocr-fleet-gateway-recycling"
-RECYCLER = f"{GATEWAY_NAME}-recycler-local"
-STACK_LABEL = f"paddleocr-fleet.stack=paddleocr-fleet/{STACK}"
 TOKEN, ADMIN_TOKEN = ("recycling-" + os.urandom(12).hex() for _ in range(2))
 USER = {"Authorization": f"Bearer {TOKEN}"}
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-URL = f"http://127.0.0.1:{GATEWAY_PORT}"
+RECYCLER = "paddleocr-fleet-gateway-recycling-recycler-local"
 
 
 @pytest.fixture(scope="module")
-def stack(docker_engine):
-    for name in docker("ps", "-a", "--format", "{{.Names}}").stdout.split():
-        if name.startswith(GATEWAY_NAME) or re.search(r"-22[0-9]{3}-sim-", name):
-            docker("rm", "-f", name)  # leftovers of an interrupted run
-    model_dir = temp_model_dir()
+def fleet(docker_engine):
     config = {
-        "accelerator": "sim",
-        "cards": "1",
-        "vllmPerCard": "1",
-        "paddlexPerVllm": "2",
-        "modelDir": model_dir,
-        "vllmBasePort": str(VLLM_BASE),
-        "paddlexBasePort": str(PADDLEX_BASE),
-        "gatewayPort": str(GATEWAY_PORT),
-        "gatewayContainerName": GATEWAY_NAME,
-        "keeperPort": str(GATEWAY_PORT + 1),
-        "buildArgs": json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
-        "gatewayJobsDir": tempfile.mkdtemp(prefix="paddleocr-fleet-jobs-"),
         "simVllmLoadSeconds": "1",
         "drainTimeout": "60",
-        "vllmReadyTimeout": "180",
-        "paddlexReadyTimeout": "180",
-        "readyPollInterval": "1",
         "recycle": json.dumps({"maxDocuments": 5, "checkIntervalS": 1, "minUptimeS": 0}),
     }
-    secrets = {
-        "tokens": json.dumps({"team-a": TOKEN}),
-        "adminTokens": json.dumps({"ops": ADMIN_TOKEN}),
-    }
-    root = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-recycling-"))
-    stack = PulumiStack.create(root, STACK, config, secrets)
-    try:
-        stack.up()
-        yield stack
-    finally:
-        if labelled_containers(STACK_LABEL):
-            stack.run(["destroy", "--stack", STACK, "--yes", "--non-interactive"], check=False)
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(model_dir, ignore_errors=True)
+    with sim_stack("recycling", 22000, tokens(TOKEN, ADMIN_TOKEN), **config) as fleet:
+        fleet.stack.up()
+        yield fleet
 
 
 def recycles() -> list[dict]:
@@ -93,15 +54,16 @@ def started_at(container: str) -> str:
     return docker("inspect", "-f", "{{.State.StartedAt}}", container).stdout.strip()
 
 
-def paddlex_containers() -> list[str]:
-    return sorted(n for n in labelled_containers(STACK_LABEL) if n.startswith("paddle-"))
+def paddlex_containers(fleet: SimStack) -> list[str]:
+    return sorted(n for n in labelled_containers(fleet.label) if n.startswith("paddle-"))
 
 
-def test_instances_past_max_documents_are_recycled_under_load_with_no_failed_request(stack):
-    paddlex = paddlex_containers()
+def test_instances_past_max_documents_are_recycled_under_load_with_no_failed_request(fleet):
+    paddlex = paddlex_containers(fleet)
     assert len(paddlex) == 2, paddlex
     first_start = {name: started_at(name) for name in paddlex}
-    with ClientLoad(URL, clients=4, headers=USER) as load, CapacitySampler(URL, ADMIN) as cap:
+    url = fleet.url
+    with ClientLoad(url, clients=4, headers=USER) as load, CapacitySampler(url, ADMIN) as cap:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             done = recycles()
@@ -119,16 +81,16 @@ def test_instances_past_max_documents_are_recycled_under_load_with_no_failed_req
     assert summary["capacity_floor"] >= 1, summary  # never both instances out
     for name in paddlex:
         assert started_at(name) != first_start[name], f"{name} was not restarted"
-    states = httpx.get(f"{URL}/upstreams", headers=ADMIN, timeout=10).json()["upstreams"]
+    states = httpx.get(f"{fleet.url}/upstreams", headers=ADMIN, timeout=10).json()["upstreams"]
     assert all(u["state"] in ("healthy", "draining", "drained") for u in states), states
 
 
-def test_the_gateway_knows_the_recycler_by_its_own_token_name(stack):
-    config = stack.outputs()["topology"]
+def test_the_gateway_knows_the_recycler_by_its_own_token_name(fleet):
+    config = fleet.stack.outputs()["topology"]
     assert config["hosts"][0]["cards"][0]["card"] == 0
     log = docker("logs", RECYCLER)
     assert "limits: memory None MB, documents 5" in log.stdout + log.stderr
     # the stack's admin token of its own is the recyclers', by name, never its plaintext
-    state = json.dumps(stack.state())
+    state = json.dumps(fleet.stack.state())
     token = docker("exec", RECYCLER, "cat", "/etc/paddleocr-fleet/recycler.token").stdout.strip()
     assert len(token) == 64 and token not in state
