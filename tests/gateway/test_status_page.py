@@ -1,0 +1,148 @@
+"""The status page (gateway.status): login by form and cookie, refusals without a session and
+across sites, the state document, and the page itself in headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sim.vllm.cli import parse_serve
+from sim.vllm.server import build_app
+from tests.doubles.paddlex_double import DoubleFleet
+from tests.doubles.servers import ServerThread
+from tests.gateway.conftest import gateway_config
+from tests.gateway.jobs_helpers import sha
+
+ADMIN = "status-admin-secret"
+USER = "team-a-secret"
+ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", "/tmp/paddleocr-fleet-artifacts"))
+
+
+def status_config(fleet: DoubleFleet, vllm_url: str, tmp_path: Path) -> dict[str, Any]:
+    specs = [
+        {"url": url, "host": "local", "card": i // 2, "vllm": vllm_url, "container": f"paddle-{i}"}
+        for i, url in enumerate(fleet.urls)
+    ]
+    return gateway_config(
+        specs,
+        auth={
+            "tokens": [{"name": "team-a", "sha256": sha(USER)}],
+            "admin_tokens": [{"name": "ops", "sha256": sha(ADMIN)}],
+            "local_token_file": str(tmp_path / "run" / "admin.token"),
+        },
+    )
+
+
+@pytest.fixture
+def vllm_url() -> Any:
+    args = parse_serve(["/data/m", "--served-model-name", "m", "--port", "1"])
+    server = ServerThread(build_app(args)).start()
+    yield server.url
+    server.stop()
+
+
+def login(client: httpx.Client, token: str, **headers: str) -> httpx.Response:
+    return client.post("/status/login", data={"token": token}, headers=headers)
+
+
+def test_refused_without_login_and_with_a_user_token(start_gateway, vllm_url, tmp_path) -> None:
+    with DoubleFleet(2) as fleet:
+        gw = start_gateway(status_config(fleet, vllm_url, tmp_path))
+        api = gw.client.get("/status/api/state")
+        assert api.status_code == 401 and "upstreams" not in api.text
+        page = gw.client.get("/status")
+        assert page.status_code == 200 and 'action="/status/login"' in page.text
+        assert 'method="post"' in page.text  # the token goes in a body, never in a URL
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        wrong = login(gw.client, "not-a-token")
+        assert wrong.status_code == 401 and "fleet_status" not in wrong.headers.get(
+            "set-cookie", ""
+        )
+        user = login(gw.client, USER)
+        assert user.status_code == 403 and "not an admin token" in user.text
+        gw.client.cookies.set("fleet_status", "ops.9999999999.00")
+        assert gw.client.get("/status/api/state").status_code == 401
+
+
+def test_login_sets_a_strict_http_only_cookie_and_the_state_names_every_upstream(
+    start_gateway, vllm_url, tmp_path
+) -> None:
+    with DoubleFleet(3) as fleet:
+        gw = start_gateway(status_config(fleet, vllm_url, tmp_path))
+        answer = login(gw.client, ADMIN, Origin=gw.url)
+        assert answer.status_code == 303 and answer.headers["location"] == "/status"
+        cookie = answer.headers["set-cookie"].lower()
+        for part in ("fleet_status=", "httponly", "samesite=strict", "path=/status"):
+            assert part in cookie
+        assert ADMIN not in answer.headers["set-cookie"]
+        page = gw.client.get("/status")
+        assert 'src="/status/static/status.js"' in page.text
+        assert gw.client.get("/status/static/status.js").status_code == 200
+        assert gw.client.get("/status/static/index.html").status_code == 404
+
+        def state() -> dict[str, Any]:
+            doc = gw.client.get("/status/api/state").json()
+            return doc if doc["vllm"][vllm_url]["state"] == "healthy" else {}
+
+        deadline = time.monotonic() + 10
+        while not (doc := state()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [u["url"] for u in doc["upstreams"]] == fleet.urls
+        assert {u["state"] for u in doc["upstreams"]} == {"healthy"}
+        assert [u["card"] for u in doc["upstreams"]] == [0, 0, 1]
+        assert doc["vllm"][vllm_url]["running"] == 0
+        assert doc["gateway"]["rss_bytes"] > 10_000_000 and doc["gateway"]["cpu_seconds"] > 0
+
+        gw.client.post("/status/logout", headers={"Origin": gw.url})
+        assert gw.client.get("/status/api/state").status_code == 401
+
+
+def test_cross_site_requests_are_refused(start_gateway, vllm_url, tmp_path) -> None:
+    with DoubleFleet(1) as fleet:
+        gw = start_gateway(status_config(fleet, vllm_url, tmp_path))
+        evil = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
+        assert login(gw.client, ADMIN, **evil).status_code == 403
+        assert login(gw.client, ADMIN, Origin="http://evil.example").status_code == 403
+        assert login(gw.client, ADMIN, **{"Sec-Fetch-Site": "same-site"}).status_code == 403
+        assert login(gw.client, ADMIN, Origin=gw.url).status_code == 303  # logged in now
+        assert gw.client.get("/status/api/state").status_code == 200
+        across = gw.client.get("/status/api/state", headers={"Sec-Fetch-Site": "cross-site"})
+        assert across.status_code == 403
+        assert gw.client.post("/status/logout", headers=evil).status_code == 403
+        assert gw.client.get("/status/api/state").status_code == 200  # still logged in
+
+
+def test_the_page_in_headless_chromium(start_gateway, vllm_url, tmp_path) -> None:
+    from tests.monitoring.cdp import Browser
+
+    with DoubleFleet(4) as fleet, Browser() as browser:
+        gw = start_gateway(status_config(fleet, vllm_url, tmp_path))
+        page = browser.new_page()
+        page.goto(f"{gw.url}/status")
+        assert page.eval("!!document.querySelector('form[action=\"/status/login\"]')")
+        assert page.eval("fetch('/status/api/state').then(r => r.status)") == 401
+        page.eval(f"document.getElementById('token').value = {ADMIN!r}")
+        page.eval("document.getElementById('login').click(), true")
+        page.wait_for("document.body.dataset.loaded === '1'")
+        assert page.eval("document.cookie") == ""  # HttpOnly: no script reads the session
+        chips = "[...document.querySelectorAll('.chip.paddlex')].map(c => c.dataset.state)"
+        page.wait_for(f"{chips}.length === 4 && {chips}.every(s => s === 'healthy')")
+        assert page.eval("document.querySelectorAll('.card').length") == 2
+        page.wait_for("document.querySelector('.chip.vllm').dataset.state === 'healthy'")
+
+        fleet[1].stop()
+        started = time.monotonic()
+        page.wait_for(
+            f"document.querySelector('.chip.paddlex[data-url=\"{fleet.urls[1]}\"]')"
+            ".dataset.state !== 'healthy'",
+            timeout=10,
+        )
+        turned = time.monotonic() - started
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = page.screenshot(ARTIFACTS / "status-page-doubles.png")
+        assert shot.stat().st_size > 10_000 and turned < 10
