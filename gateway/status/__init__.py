@@ -8,7 +8,8 @@ priority and token, the running jobs with their page progress and the gateway's 
 A browser cannot send a bearer header by itself, so an admin logs in once with an admin token
 (``POST /status/login``, a form) and gets a session cookie (:mod:`gateway.status.session`):
 HttpOnly, ``SameSite=Strict``, path ``/status``, signed, eight hours. The token never appears
-in a URL. Every state-changing route (login, logout) and the state API refuse cross-site
+in a URL. Programs (``fleetctl top``) read the state API with an admin bearer token instead.
+Every state-changing route (login, logout) and the state API refuse cross-site
 requests (``Origin`` and ``Sec-Fetch-Site``). A gateway without tokens (open access) shows the
 page to everyone, as it does ``/upstreams``.
 """

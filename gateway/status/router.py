@@ -109,7 +109,13 @@ async def logout(request: Request) -> Response:
 async def state(request: Request, runtime: RuntimeDep) -> Response:
     if not same_origin(request):
         return _refused(403, "cross_site", "the status page refuses cross-site requests")
-    if not logged_in(request):
+    authorization = request.headers.get("authorization")
+    if authorization is not None:  # a program (fleetctl top): an admin bearer token, no cookie
+        try:
+            runtime.access.authenticate(authorization, admin=True)
+        except AccessError as exc:
+            return _refused(exc.status, exc.code, exc.message)
+    elif not logged_in(request):
         return _refused(401, "unauthorized", "log in at /status first")
     status_state = getattr(runtime, "status_state", None)
     if status_state is None:

@@ -100,6 +100,11 @@ def test_login_sets_a_strict_http_only_cookie_and_the_state_names_every_upstream
 
         gw.client.post("/status/logout", headers={"Origin": gw.url})
         assert gw.client.get("/status/api/state").status_code == 401
+        # a program reads the same document with an admin bearer token
+        bearer = {"Authorization": f"Bearer {ADMIN}"}
+        assert gw.client.get("/status/api/state", headers=bearer).json()["upstreams"]
+        user = gw.client.get("/status/api/state", headers={"Authorization": f"Bearer {USER}"})
+        assert user.status_code == 403
 
 
 def test_cross_site_requests_are_refused(start_gateway, vllm_url, tmp_path) -> None:

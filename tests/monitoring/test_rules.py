@@ -55,5 +55,5 @@ def test_vllm_series_in_the_rules_are_the_ones_the_simulator_exports() -> None:
 
     used = set()
     for path in RULE_FILES:
-        used |= set(re.findall(r"vllm:[a-z_]+", path.read_text()))
+        used |= set(re.findall(r"vllm:[a-z0-9_]+", path.read_text()))
     assert used and used <= VLLM_SERIES
