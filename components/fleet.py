@@ -137,7 +137,7 @@ class Fleet:
                     settings,
                     plan,
                     waits=[server.url for card in self.cards for server in card.vllm],
-                    provider=self.providers[host.name],
+                    providers=self.providers,
                     guard=guard,
                 ),
             )

@@ -3,6 +3,10 @@
 rules baked in), its data in a host folder that outlives the container, retention bounded by
 time and size.
 
+Beside it, on every host with cards, the host exporter (`monitoring/exporter.py`, from the same
+image): each container's memory and state, read from that host's Docker engine (its socket
+mounted read-only), for the PaddleX memory alert, and its `up` for HostUnreachable.
+
 Its targets are files in the container (file-based service discovery) that the stack swaps in
 by `docker exec`, as it does the gateway's config: growing the fleet rewrites them and
 Prometheus reads them again, with no restart. A vLLM becomes a target once it has loaded its
@@ -26,14 +30,16 @@ import pulumi_docker as docker
 
 from components import containers, render
 from components.images import BuildSpec, build_image
-from components.plan import FleetPlan, MonitoringPlan
+from components.plan import FleetPlan, HostPlan, MonitoringPlan
 from components.settings import ConfigError, FleetSettings
 
 PROMETHEUS_BUILD = BuildSpec(context="monitoring", repository="paddleocr-fleet/prometheus")
 DATA_DIR_IN_CONTAINER = "/prometheus"
 TARGETS_DIR = "/etc/prometheus/targets"
 TOKEN_FILE = "/etc/prometheus/secrets/gateway.token"
-ROLES = ("gateway", "keeper", "vllm")
+ROLES = ("gateway", "keeper", "vllm", "host")
+EXPORTER = "/opt/paddleocr-fleet/exporter.py"
+HOST_SOCKET = "/var/run/docker.sock"
 
 
 def scrape_targets(plan: FleetPlan) -> dict[str, list[dict[str, Any]]]:
@@ -59,7 +65,25 @@ def scrape_targets(plan: FleetPlan) -> dict[str, list[dict[str, Any]]]:
             "container": vllm.container_name,
         }
         out["vllm"].append({"targets": [f"{vllm.host.address}:{vllm.port}"], "labels": labels})
+    for host in monitoring.exporter_hosts:
+        address = "127.0.0.1" if host == monitoring.host else host.address
+        labels = {"role": "host", "host": host.name}
+        target = f"{address}:{monitoring.exporter_port}"
+        out["host"].append({"targets": [target], "labels": labels})
     return out
+
+
+def host_socket(host: HostPlan) -> str:
+    """The Docker engine's socket on `host` itself (its unix endpoint, else the default)."""
+    endpoint = host.endpoint or ""
+    return endpoint.removeprefix("unix://") if endpoint.startswith("unix://") else HOST_SOCKET
+
+
+def exporter_argv(monitoring: MonitoringPlan, stack_label: str) -> list[str]:
+    return [
+        "/usr/bin/tini", "--", "python3", EXPORTER,
+        "--port", str(monitoring.exporter_port), "--stack", stack_label,
+    ]  # fmt: skip
 
 
 def scrape_token(settings: FleetSettings) -> str:
@@ -93,7 +117,8 @@ class MonitoringArgs:
     plan: FleetPlan
     waits: list[pulumi.Output[Any]] = field(default_factory=list)
     """What the targets wait for (each vLLM's readiness): a target is written once it serves."""
-    provider: pulumi.ProviderResource | None = None
+    providers: dict[str, pulumi.ProviderResource] = field(default_factory=dict)
+    """The Docker provider of each host, by name."""
     guard: pulumi.Output[str] | None = None
 
 
@@ -106,15 +131,22 @@ class Monitoring(pulumi.ComponentResource):
         monitoring = plan.monitoring
         assert monitoring is not None
         token = scrape_token(settings)
-        depends: list[pulumi.Resource] = []
-        image: pulumi.Input[str]
-        if settings.prometheus_image:
-            image = settings.prometheus_image
-        else:
-            image, cleanup = build_image(
-                self, f"{name}-image", PROMETHEUS_BUILD, monitoring.host, args.provider, args.guard
-            )
-            depends.append(cleanup)
+        images: dict[str, tuple[pulumi.Input[str], list[pulumi.Resource]]] = {}
+        for host in {h.name: h for h in (monitoring.host, *monitoring.exporter_hosts)}.values():
+            if settings.prometheus_image:
+                images[host.name] = (settings.prometheus_image, [])
+            else:
+                built, cleanup = build_image(
+                    self,
+                    f"{name}-image" if host == monitoring.host else f"{name}-image-{host.name}",
+                    PROMETHEUS_BUILD,
+                    host,
+                    args.providers.get(host.name),
+                    args.guard,
+                )
+                images[host.name] = (built, [cleanup])
+        image, depends = images[monitoring.host.name]
+        provider = args.providers.get(monitoring.host.name)
         data_dir = (
             settings.prometheus_data_dir
             or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/prometheus"
@@ -134,8 +166,29 @@ class Monitoring(pulumi.ComponentResource):
             ],
             labels=containers.labels("prometheus", monitoring.host, None, monitoring.port),
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            opts=containers.child_opts(self, args.provider, depends_on=depends),
+            opts=containers.child_opts(self, provider, depends_on=depends),
         )
+        self.exporters = [
+            docker.Container(
+                f"{name}-exporter-{host.name}",
+                name=monitoring.exporter_name,
+                image=images[host.name][0],
+                network_mode="host",
+                restart="unless-stopped",
+                entrypoints=exporter_argv(monitoring, containers.stack_label())[:1],
+                command=exporter_argv(monitoring, containers.stack_label())[1:],
+                volumes=[
+                    docker.ContainerVolumeArgs(
+                        host_path=host_socket(host), container_path=HOST_SOCKET, read_only=True
+                    )
+                ],
+                labels=containers.labels("exporter", host, None, monitoring.exporter_port),
+                opts=containers.child_opts(
+                    self, args.providers.get(host.name), depends_on=images[host.name][1]
+                ),
+            )
+            for host in monitoring.exporter_hosts
+        ]
         targets = pulumi.Output.all(*args.waits).apply(lambda _: scrape_targets(plan))
         self.targets: list[command.local.Command] = []
         for role in ROLES:

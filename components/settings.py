@@ -238,6 +238,13 @@ class FleetSettings(_Model):
         "with the fleet's alert rules (monitoring/)",
     )
     prometheus_port: int = Field(default=9090, ge=1, le=65535)
+    exporter_port: int = Field(
+        default=9104,
+        ge=1,
+        le=65535,
+        description="with monitoring: the port of the exporter on every host (its containers' "
+        "memory and state, read from the host's Docker engine)",
+    )
     prometheus_image: str | None = Field(
         default=None, description="a prebuilt Prometheus image instead of monitoring/Dockerfile"
     )

@@ -172,11 +172,15 @@ class BalancerPlan(_Listening):
 
 @dataclass(frozen=True)
 class MonitoringPlan(_Listening):
-    """Prometheus, on the gateway's host (config key `monitoring`)."""
+    """Prometheus, on the gateway's host (config key `monitoring`), and the exporter of every
+    host with cards (`exporter_port`, container `exporter_name` on each)."""
 
     host: HostPlan
     port: int
     container_name: str
+    exporter_port: int = 9104
+    exporter_name: str = "paddleocr-fleet-exporter"
+    exporter_hosts: tuple[HostPlan, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -321,8 +325,16 @@ def build_plan(settings: FleetSettings) -> FleetPlan:
     gateways, balancer = _plan_gateways(settings, tuple(hosts))
     monitoring = None
     if settings.monitoring:
-        name = f"{settings.gateway_container_name}-prometheus"
-        monitoring = MonitoringPlan(gateways[0].host, settings.prometheus_port, name)
+        name = settings.gateway_container_name
+        with_cards = tuple(h for h in hosts if any(c.host == h for c in cards))
+        monitoring = MonitoringPlan(
+            gateways[0].host,
+            settings.prometheus_port,
+            f"{name}-prometheus",
+            settings.exporter_port,
+            f"{name}-exporter",
+            with_cards,
+        )
     plan = FleetPlan(tuple(hosts), tuple(cards), gateways, balancer, monitoring)
     _check_ports(plan, settings)
     return plan
@@ -391,13 +403,16 @@ def _check_ports(plan: FleetPlan, settings: FleetSettings) -> None:
     if plan.monitoring is not None:
         prometheus = plan.monitoring
         used[(prometheus.host.name, prometheus.port)].append(("Prometheus", "prometheusPort"))
+        for host in prometheus.exporter_hosts:
+            used[(host.name, prometheus.exporter_port)].append(("the exporter", "exporterPort"))
     for (host, port), users in used.items():
         if not 1 <= port <= 65535:
             label, key = users[0]
             raise ConfigError(f"config key '{key}': port {port} of {label} is outside 1..65535")
         if len(users) > 1:
             keys = sorted({k for _, k in users})
-            if not {"gatewayPort", "balancer.port", "keeperPort", "prometheusPort"} & set(keys):
+            services = {"gatewayPort", "balancer.port", "keeperPort", "prometheusPort"}
+            if not (services | {"exporterPort"}) & set(keys):
                 keys.append("portStride")
             names = " and ".join(label for label, _ in users)
             raise ConfigError(

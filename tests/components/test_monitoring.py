@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from components.monitoring import prometheus_argv, scrape_targets, scrape_token
+from components.monitoring import (
+    exporter_argv,
+    host_socket,
+    prometheus_argv,
+    scrape_targets,
+    scrape_token,
+)
 from components.plan import build_plan
 from components.settings import ConfigError, load_settings
 
@@ -24,6 +30,9 @@ def test_targets_name_every_vllm_with_its_card_and_the_local_keeper() -> None:
         {"targets": ["127.0.0.1:9101"], "labels": {"role": "gateway", "host": "local"}}
     ]
     assert targets["keeper"][0]["targets"] == ["127.0.0.1:9102"]
+    assert targets["host"] == [
+        {"targets": ["127.0.0.1:9104"], "labels": {"role": "host", "host": "local"}}
+    ]
     assert plan.monitoring is not None and plan.monitoring.url == "http://127.0.0.1:9090"
 
 
@@ -44,6 +53,7 @@ def test_retention_and_port_reach_the_command_line() -> None:
         ({"prometheusRetentionSize": "2 gigs"}, "prometheusRetentionSize"),
         ({"prometheusDataDir": "data"}, "absolute path"),
         ({"prometheusPort": "9101"}, "prometheusPort"),
+        ({"exporterPort": "9025"}, "exporterPort"),
     ],
 )
 def test_bad_monitoring_settings_name_the_key(extra: dict[str, str], problem: str) -> None:
@@ -58,3 +68,12 @@ def test_the_scrape_token_is_an_admin_token() -> None:
     assert scrape_token(load_settings({"monitoring": "true", **admins}, secret)) == "p" * 32
     with pytest.raises(ConfigError, match=r"config key 'monitoring': Prometheus"):
         load_settings({"monitoring": "true", "tokens": f'{{"team": "{TOKEN}"}}'}, secret)
+
+
+def test_the_exporter_reads_its_hosts_socket() -> None:
+    plan = build_plan(settings(dockerHost="unix:///run/other/docker.sock"))
+    assert plan.monitoring is not None
+    host = plan.monitoring.exporter_hosts[0]
+    assert host_socket(host) == "/run/other/docker.sock"
+    argv = exporter_argv(plan.monitoring, "paddleocr-fleet/prod")
+    assert argv[-4:] == ["--port", "9104", "--stack", "paddleocr-fleet/prod"]

@@ -140,12 +140,19 @@ def test_up_deploys_prometheus_scraping_every_target(fleet):
     outputs = fleet.stack.outputs()
     assert outputs["prometheus_url"] == fleet.plan.monitoring.url == PROMETHEUS
     targets = wait_until(
-        "every target up", lambda: all_up({"gateway": 1, "keeper": 1, "vllm": 1}), 90
+        "every target up", lambda: all_up({"gateway": 1, "keeper": 1, "vllm": 1, "host": 1}), 90
     )
     vllm = next(t for t in targets if t["labels"]["job"] == "vllm")
     assert vllm["labels"]["card"] == "0" and vllm["labels"]["host"] == "local"
     running = prometheus("/api/v1/query", query="vllm:num_requests_running")["result"]
     assert running and running[0]["metric"]["model_name"] == "PaddleOCR-VL-1.5-0.9B"
+    memory = prometheus(
+        "/api/v1/query", query='paddleocr_fleet_container_memory_bytes{role="paddlex"}'
+    )["result"]
+    assert sorted(m["metric"]["container"] for m in memory) == sorted(
+        p.container_name for p in fleet.plan.paddlex
+    )
+    assert all(float(m["value"][1]) > 1_000_000 for m in memory)
     assert any(fleet.data_dir.iterdir()), "Prometheus keeps nothing in its host folder"
     flags = prometheus("/api/v1/status/flags")
     assert flags["storage.tsdb.retention.time"] == "15d"
@@ -157,7 +164,9 @@ def test_targets_follow_a_second_card_without_a_restart(fleet):
     before = prometheus_started()
     fleet.set(cards="2")
     fleet.stack.up()
-    targets = wait_until("two vLLM up", lambda: all_up({"gateway": 1, "keeper": 1, "vllm": 2}), 60)
+    targets = wait_until(
+        "two vLLM up", lambda: all_up({"gateway": 1, "keeper": 1, "vllm": 2, "host": 1}), 60
+    )
     assert sorted(t["labels"]["card"] for t in targets if t["labels"]["job"] == "vllm") == [
         "0",
         "1",

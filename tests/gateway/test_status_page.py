@@ -151,3 +151,50 @@ def test_the_page_in_headless_chromium(start_gateway, vllm_url, tmp_path) -> Non
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = page.screenshot(ARTIFACTS / "status-page-doubles.png")
         assert shot.stat().st_size > 10_000 and turned < 10
+
+
+def test_ten_hosts_of_eight_cards_stay_fast(start_gateway, tmp_path) -> None:
+    """480 PaddleX behind 160 vLLM: the state document and one redraw of the page."""
+    from tests.monitoring.cdp import Browser
+
+    specs = [
+        {
+            "url": f"http://127.0.0.{h + 2}:{9120 + card + 10 * j}",
+            "host": f"npu-{h}",
+            "card": card,
+            "vllm": f"http://127.0.0.{h + 2}:{9025 + card + 10 * (j // 3)}",
+            "container": f"paddle-{9120 + card + 10 * j}-npu-{card}",
+        }
+        for h in range(10)
+        for card in range(8)
+        for j in range(6)
+    ]
+    config = gateway_config(
+        specs,
+        auth={"admin_tokens": [{"name": "ops", "sha256": sha(ADMIN)}]},
+        health={"interval_s": 30},
+    )
+    gw = start_gateway(config)
+    bearer = {"Authorization": f"Bearer {ADMIN}"}
+    gw.client.get("/status/api/state", headers=bearer)  # the first starts the vLLM probes
+    started = time.perf_counter()
+    answer = gw.client.get("/status/api/state", headers=bearer)
+    elapsed = time.perf_counter() - started
+    assert len(answer.json()["upstreams"]) == 480 and len(answer.json()["vllm"]) == 160
+    print(f"state document: {len(answer.content) / 1024:.0f} KiB in {elapsed * 1000:.0f} ms")
+    assert elapsed < 0.5
+    with Browser() as browser:
+        page = browser.new_page()
+        page.goto(f"{gw.url}/status")
+        page.eval(f"document.getElementById('token').value = {ADMIN!r}")
+        page.eval("document.getElementById('login').click(), true")
+        page.wait_for("document.body.dataset.loaded === '1'")
+        assert page.eval("document.querySelectorAll('.chip.paddlex').length") == 480
+        assert page.eval("document.querySelectorAll('.host').length") == 10
+        draw_ms = page.eval(
+            "fetch('/status/api/state').then(r => r.json()).then(doc => {"
+            " const t = performance.now(); drawFleet(doc); drawHeader(doc);"
+            " return performance.now() - t; })"
+        )
+        print(f"one redraw of 480 PaddleX: {draw_ms:.0f} ms")
+        assert draw_ms < 250

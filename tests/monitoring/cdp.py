@@ -154,6 +154,9 @@ class Page:
             time.sleep(0.1)
 
     def screenshot(self, path: Path) -> Path:
-        data = self.call("Page.captureScreenshot", format="png")["data"]
+        """A PNG of the page down to the end of its content."""
+        height = self.eval("document.documentElement.scrollHeight") or self.browser.size[1]
+        clip = {"x": 0, "y": 0, "width": self.browser.size[0], "height": height, "scale": 1}
+        data = self.call("Page.captureScreenshot", format="png", clip=clip)["data"]
         path.write_bytes(base64.b64decode(data))
         return path
