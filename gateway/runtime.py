@@ -150,7 +150,7 @@ class Runtime:
             runner = JobRunner(self, store)
             runner.start()
             self.jobs = (store, runner)
-            self.metrics.job_stats = store.stats
+            self.metrics.job_stats = lambda: store.stats(running=False)
             log.info("jobs: store at %s", self.settings.jobs.dir)
         if self.watcher is not None:
             self.watcher.start(poll=self.settings.reload.enabled)

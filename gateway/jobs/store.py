@@ -221,15 +221,16 @@ class JobStore:
         """Bytes of inputs, page results and results the store holds (as recorded)."""
         return int(self._query("SELECT COALESCE(SUM(bytes), 0) FROM jobs")[0][0])
 
-    def stats(self, now: float | None = None) -> dict[str, Any]:
-        """What monitoring reads (``/metrics``, the status page): jobs by state, the running
-        jobs' page progress, the pages waiting (in a pending slice, or not cut yet), how long
-        the oldest of them has waited (since its job was submitted) and the store's disk."""
+    def stats(self, now: float | None = None, running: bool = True) -> dict[str, Any]:
+        """What monitoring reads (``/metrics``, the status page): jobs by state, the active
+        jobs' page progress (the oldest 200; ``running=False``: none, as ``/metrics`` wants),
+        the pages waiting (in a pending slice, or not cut yet), how long the oldest of them
+        has waited (since its job was submitted) and the store's disk."""
         now = time.time() if now is None else now
         states = {
             row[0]: row[1] for row in self._query("SELECT state, COUNT(*) FROM jobs GROUP BY state")
         }
-        running = [
+        active = [
             {
                 "id": row["id"],
                 "tenant": row["tenant"],
@@ -237,10 +238,14 @@ class JobStore:
                 "done": row["done"] or 0,
                 "age_s": round(now - row["created"], 1),
             }
-            for row in self._query(
-                "SELECT j.id, j.tenant, j.created, j.npages, (SELECT SUM(count) FROM slices s"
-                " WHERE s.job_id = j.id AND s.state='done') AS done FROM jobs j"
-                " WHERE j.state IN ('pending','running') ORDER BY j.created LIMIT 200"
+            for row in (
+                self._query(
+                    "SELECT j.id, j.tenant, j.created, j.npages, (SELECT SUM(count) FROM slices s"
+                    " WHERE s.job_id = j.id AND s.state='done') AS done FROM jobs j"
+                    " WHERE j.state IN ('pending','running') ORDER BY j.created LIMIT 200"
+                )
+                if running
+                else []
             )
         ]
         waiting = self._query(
@@ -258,7 +263,7 @@ class JobStore:
             "jobs": {
                 state: states.get(state, 0) for state in ("pending", "running", "done", "failed")
             },
-            "running": running,
+            "running": active,
             "pages_waiting": int(waiting[1]) + int(uncut[1]),
             "oldest_waiting_s": 0.0 if oldest is None else max(0.0, now - oldest),
             "disk_free_bytes": disk.free,

@@ -26,7 +26,7 @@ import pytest
 
 from components.plan import FleetPlan, build_plan
 from components.settings import load_settings
-from tests.e2e.pulumi_stack import PulumiStack
+from tests.e2e.pulumi_stack import PulumiStack, changed
 from tests.e2e.test_fleet_on_docker import docker, labelled_containers, png_bytes, temp_model_dir
 
 pytestmark = pytest.mark.docker
@@ -172,6 +172,7 @@ def test_targets_follow_a_second_card_without_a_restart(fleet):
         "1",
     ]
     assert prometheus_started() == before, "Prometheus was restarted or replaced"
+    assert changed(fleet.stack.up()) == {}, "a second up changed something"
 
 
 def test_status_page_and_alert_of_a_stopped_paddlex(fleet):

@@ -40,6 +40,7 @@ def test_job_store_stats_follow_progress_and_age(tmp_path: Path) -> None:
     assert (old["pages"], old["done"]) == (4, 2)
     assert stats["pages_waiting"] == 6
     assert stats["disk_total_bytes"] >= stats["disk_free_bytes"] > 0
+    assert store.stats(now, running=False)["running"] == []
 
     metrics = GatewayMetrics()
     metrics.job_stats = lambda: store.stats(now)
