@@ -172,15 +172,19 @@ def test_ten_hosts_of_eight_cards_stay_fast(start_gateway, tmp_path) -> None:
     config = gateway_config(
         specs,
         auth={"admin_tokens": [{"name": "ops", "sha256": sha(ADMIN)}]},
-        health={"interval_s": 30},
+        health={"enabled": False},  # 480 addresses nobody serves: no probe storm
     )
     gw = start_gateway(config)
     bearer = {"Authorization": f"Bearer {ADMIN}"}
     gw.client.get("/status/api/state", headers=bearer)  # the first starts the vLLM probes
-    started = time.perf_counter()
-    answer = gw.client.get("/status/api/state", headers=bearer)
-    elapsed = time.perf_counter() - started
+    time.sleep(2)  # their round is over (a refused connect each, 1.5 s at most)
+    times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        answer = gw.client.get("/status/api/state", headers=bearer)
+        times.append(time.perf_counter() - started)
     assert len(answer.json()["upstreams"]) == 480 and len(answer.json()["vllm"]) == 160
+    elapsed = sorted(times)[2]
     print(f"state document: {len(answer.content) / 1024:.0f} KiB in {elapsed * 1000:.0f} ms")
     assert elapsed < 0.5
     with Browser() as browser:
@@ -193,8 +197,9 @@ def test_ten_hosts_of_eight_cards_stay_fast(start_gateway, tmp_path) -> None:
         assert page.eval("document.querySelectorAll('.host').length") == 10
         draw_ms = page.eval(
             "fetch('/status/api/state').then(r => r.json()).then(doc => {"
-            " const t = performance.now(); drawFleet(doc); drawHeader(doc);"
-            " return performance.now() - t; })"
+            " const times = [1, 2, 3].map(() => { const t = performance.now();"
+            " drawFleet(doc); drawHeader(doc); return performance.now() - t; });"
+            " return times.sort((a, b) => a - b)[1]; })"
         )
-        print(f"one redraw of 480 PaddleX: {draw_ms:.0f} ms")
+        print(f"one redraw of 480 PaddleX: {draw_ms:.0f} ms (median of 3)")
         assert draw_ms < 250

@@ -29,6 +29,7 @@ def test_dashboards_are_importable() -> None:
 
 
 def test_every_variable_used_is_defined_and_vllm_series_exist() -> None:
+    assert dashboards()
     for _, dash in dashboards():
         defined = {v["name"] for v in dash["templating"]["list"]}
         text = " ".join(t["expr"] for p in dash["panels"] for t in p.get("targets", []))

@@ -47,6 +47,7 @@ def test_every_alert_has_a_unit_test_that_expects_it_to_fire() -> None:
             for check in case.get("alert_rule_test", []):
                 if check.get("exp_alerts"):
                     fired.add(check["alertname"])
+    assert alerts, "no alert rules"
     assert alerts - fired == set(), "alerts no test sees fire"
 
 
