@@ -203,3 +203,44 @@ def test_ten_hosts_of_eight_cards_stay_fast(start_gateway, tmp_path) -> None:
         )
         print(f"one redraw of 480 PaddleX: {draw_ms:.0f} ms (median of 3)")
         assert draw_ms < 250
+
+
+def test_a_running_job_shows_its_page_progress_and_the_queue_its_slices(
+    start_gateway, tmp_path
+) -> None:
+    from tests.gateway.jobs_helpers import AUTH, jobs_config, numbered_pdf, wait_job
+
+    with DoubleFleet(1, per_page_s=0.3) as fleet:
+        config = jobs_config(
+            fleet.urls,
+            tmp_path / "jobs",
+            auth={"admin_tokens": [{"name": "ops", "sha256": sha(ADMIN)}]},
+        )
+        gw = start_gateway(config)
+        answer = gw.client.post(
+            "/api/v2/ocr/jobs", headers=AUTH, files={"file": ("d.pdf", numbered_pdf(12))}
+        )
+        job_id = answer.json()["data"]["jobId"]
+        bearer = {"Authorization": f"Bearer {ADMIN}"}
+        seen: list[dict[str, Any]] = []
+
+        def progressed() -> bool:
+            doc = gw.client.get("/status/api/state", headers=bearer).json()
+            seen.append(doc)
+            running = {j["id"]: j for j in doc["jobs"]["running"]}
+            queued = any(w["priority"] == "background" for w in doc["queue"]["waiting"])
+            return job_id in running and 0 < running[job_id]["done"] < 12 and queued
+
+        deadline = time.monotonic() + 20
+        while not progressed() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        doc = seen[-1]
+        job = next(j for j in doc["jobs"]["running"] if j["id"] == job_id)
+        assert job["pages"] == 12 and 0 < job["done"] < 12 and job["tenant"] == "team-a"
+        assert doc["jobs"]["jobs"]["running"] == 1
+        # its next slice, leased, waits in the central queue behind the busy instance
+        waiting = {(w["priority"], w["token"]): w["count"] for w in doc["queue"]["waiting"]}
+        assert waiting.get(("background", "team-a"), 0) >= 1, doc["queue"]
+        assert wait_job(gw.client, job_id)["state"] == "done"
+        done = gw.client.get("/status/api/state", headers=bearer).json()["jobs"]
+        assert done["running"] == [] and done["jobs"]["done"] == 1
