@@ -14,6 +14,7 @@ from components.access import check_access
 from components.balancer import Balancer, BalancerArgs
 from components.card import NpuCard, NpuCardArgs
 from components.gateway import Gateway, GatewayArgs
+from components.monitoring import Monitoring, MonitoringArgs
 from components.plan import FleetPlan, HostPlan, port_clashes, topology_ports
 from components.settings import ConfigError, FleetSettings, load_settings
 
@@ -130,6 +131,19 @@ class Fleet:
                 ),
                 _former_names(host, "-balancer"),
             )
+        self.monitoring: Monitoring | None = None
+        if plan.monitoring is not None:
+            host = plan.monitoring.host
+            self.monitoring = Monitoring(
+                f"{host.name}-monitoring",
+                MonitoringArgs(
+                    settings,
+                    plan,
+                    waits=[server.url for card in self.cards for server in card.vllm],
+                    providers=self.providers,
+                    guard=guard,
+                ),
+            )
 
     def _recyclers(
         self, token: pulumi.Output[str] | None, guard: pulumi.Output[str]
@@ -176,6 +190,8 @@ class Fleet:
         else:
             outputs["gateway_url"] = self.balancer.url
             outputs["gateways"] = [g.url for g in self.gateways]
+        if self.monitoring is not None:
+            outputs["prometheus_url"] = self.monitoring.url
         plan_names = [g.container_name for g in self.plan.gateways]
         stack = pulumi.get_stack()
         outputs["topology"] = pulumi.Output.all(*(g.container_name for g in self.gateways)).apply(

@@ -71,6 +71,10 @@ def planned_names(plan: FleetPlan) -> dict[str, list[str]]:
             names[g.keeper.host.name].append(g.keeper.container_name)
     if plan.balancer is not None:
         names[plan.balancer.host.name].append(plan.balancer.container_name)
+    if plan.monitoring is not None:
+        names[plan.monitoring.host.name].append(plan.monitoring.container_name)
+        for host in plan.monitoring.exporter_hosts:
+            names[host.name].append(plan.monitoring.exporter_name)
     return names
 
 

@@ -31,6 +31,7 @@ from components.plan import (
     FleetPlan,
     GatewayPlan,
     KeeperPlan,
+    MonitoringPlan,
     PaddlexInstance,
     VllmInstance,
 )
@@ -352,7 +353,7 @@ def paddlex_ready_command(settings: FleetSettings, paddlex: PaddlexInstance) -> 
 
 
 def service_ready_command(
-    service: GatewayPlan | KeeperPlan | BalancerPlan,
+    service: GatewayPlan | KeeperPlan | BalancerPlan | MonitoringPlan,
     what: str,
     path: str,
     probe: tuple[str, ...] = PYTHON_PROBE,

@@ -263,6 +263,36 @@ class FleetSettings(_Model):
     balancer: BalancerSettings | None = None
     recycle: RecycleSettings | None = None
 
+    monitoring: bool = Field(
+        default=False,
+        description="Prometheus on the gateway's host, scraping every gateway, keeper and vLLM "
+        "with the fleet's alert rules (monitoring/)",
+    )
+    prometheus_port: int = Field(default=9090, ge=1, le=65535)
+    exporter_port: int = Field(
+        default=9104,
+        ge=1,
+        le=65535,
+        description="with monitoring: the port of the exporter on every host (its containers' "
+        "memory and state, read from the host's Docker engine)",
+    )
+    prometheus_image: str | None = Field(
+        default=None, description="a prebuilt Prometheus image instead of monitoring/Dockerfile"
+    )
+    prometheus_data_dir: str | None = Field(
+        default=None,
+        description="host folder of Prometheus' data (default "
+        "/var/lib/paddleocr-fleet/<stack>/prometheus); it outlives the container",
+    )
+    prometheus_retention: str = Field(
+        default="15d", pattern=r"^[0-9]+(ms|s|m|h|d|w|y)$", description="how long data is kept"
+    )
+    prometheus_retention_size: str = Field(
+        default="2GB",
+        pattern=r"^[0-9]+(B|KB|MB|GB|TB|PB|EB)$",
+        description="the most data kept on disk (the oldest goes first)",
+    )
+
     tokens: dict[str, TokenEntry] = Field(default_factory=dict)
     admin_tokens: dict[str, SecretStr] = Field(default_factory=dict)
     allow_open_access: bool = False
@@ -282,7 +312,7 @@ class FleetSettings(_Model):
             _check_token(token)
         return tokens
 
-    @field_validator("model_dir", "gateway_jobs_dir")
+    @field_validator("model_dir", "gateway_jobs_dir", "prometheus_data_dir")
     @classmethod
     def _host_dir_absolute(cls, path: str | None) -> str | None:
         if path is not None and not path.startswith("/"):
@@ -490,6 +520,12 @@ def _key_of(loc: tuple[Any, ...], implicit_host: bool) -> str:
 
 
 def _check_cross_field(settings: FleetSettings) -> None:
+    if settings.monitoring and settings.tokens and not settings.admin_tokens:
+        raise ConfigError(
+            "config key 'monitoring': Prometheus reads the gateway's /metrics with an admin "
+            "token, and this stack has user tokens only: add one with `pulumi config set "
+            '--secret --path adminTokens.prometheus "$(openssl rand -hex 32)"`'
+        )
     total = settings.memory_fraction * settings.vllm_per_card
     if total > 1.0 + 1e-9:
         raise ConfigError(

@@ -1,6 +1,7 @@
 """``fleetctl``: operate the paddleocr-fleet and feed it documents.
 
     fleetctl status [--json]            every instance: container, health, gateway view
+    fleetctl top [--once]               live view of the gateway's status page (admin token)
     fleetctl ports                      planned ports: listening / free / taken
     fleetctl verify                     end-to-end check of each instance on its own
     fleetctl restart vllm|paddlex PORT  restart one instance (PaddleX: re-run its start command)
@@ -33,7 +34,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fleetctl import batch, ops
+from fleetctl import batch, ops, top
 from fleetctl import drain as draining
 from fleetctl.auth import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, resolve
 from fleetctl.client import AsyncClient, RetryPolicy
@@ -98,6 +99,12 @@ def _parsers() -> argparse.ArgumentParser:
         "status", parents=[topo, sel, js, user, admin], help="table of every instance"
     )
     s.add_argument("--timeout", type=float, default=5.0, help="HTTP timeout (s)")
+    t = sub.add_parser(
+        "top", parents=[topo, user, admin], help="live view: hosts, cards, vLLM, PaddleX, queue"
+    )
+    t.add_argument("--interval", type=float, default=2.0, help="seconds between redraws")
+    t.add_argument("--once", action="store_true", help="print one frame and exit")
+    t.add_argument("--timeout", type=float, default=5.0, help="HTTP timeout (s)")
     sub.add_parser("ports", parents=[topo, sel, js], help="planned ports: listening/free/taken")
     v = sub.add_parser(
         "verify", parents=[topo, sel, js, user, admin], help="end-to-end test of each instance"
@@ -319,6 +326,25 @@ def _print_repair(out: Console, repair: dict[str, Any] | None) -> None:
     )
 
 
+def cmd_top(fleet: Fleet, a: argparse.Namespace) -> int:
+    if not fleet.gateway_url:
+        print("fleetctl: the topology names no gateway", file=sys.stderr)
+        return USAGE
+    try:
+        top.run(
+            fleet.gateway_url,
+            resolve(a.token, a.admin_token).admin,
+            interval=a.interval,
+            once=a.once,
+            console=_console(),
+            timeout=a.timeout,
+        )
+    except top.TopError as e:
+        print(f"fleetctl: {e}", file=sys.stderr)
+        return BAD
+    return OK
+
+
 def cmd_ports(fleet: Fleet, a: argparse.Namespace) -> int:
     insts = _selection(fleet, a)
     results = [check_port(i) for i in insts]
@@ -530,6 +556,7 @@ def cmd_ocr(a: argparse.Namespace) -> int:
 
 COMMANDS = {
     "status": cmd_status,
+    "top": cmd_top,
     "ports": cmd_ports,
     "verify": cmd_verify,
     "restart": cmd_restart,

@@ -4,6 +4,7 @@ Routes (:mod:`gateway.routers`): ``POST /ocr``, ``POST /ocr-file``, ``POST /layo
 ``POST /restructure-pages`` (a user or admin bearer token when tokens are configured),
 ``GET /health``, ``GET /ready`` (open), ``GET /upstreams``, ``GET /metrics``,
 ``POST /admin/drain``, ``POST /admin/undrain`` (an admin token, :mod:`gateway.routers.drain`),
+the status page under ``/status`` (an admin session, :mod:`gateway.status`),
 and the official PaddleOCR API job routes under ``/api/v2/ocr/`` (:mod:`gateway.jobs`).
 Errors are ``{"error": {"code", "message", ...}, "request_id"}`` with a 4xx/5xx status
 (:mod:`gateway.errors`); ``/docs`` and ``/openapi.json`` describe every route's request and
@@ -36,6 +37,7 @@ from gateway.routers import admin, drain, native, ocr
 from gateway.runtime import Runtime
 from gateway.schemas import install_openapi
 from gateway.settings import Settings, load_settings
+from gateway.status import router as status_router
 from gateway.urlguard import Resolver
 
 __all__ = ["ROUTES", "create_app", "error_response", "gateway_error_response"]
@@ -61,6 +63,10 @@ ROUTES = frozenset(
         "/admin/drain",
         "/admin/undrain",
         "/api/v2/ocr/jobs",
+        "/status",
+        "/status/login",
+        "/status/logout",
+        "/status/api/state",
     }
 )
 
@@ -119,5 +125,6 @@ def create_app(
     install_exception_handlers(app)
     for module in (ocr, native, admin, drain, jobs_router):
         app.include_router(module.router)
+    app.include_router(status_router)
     install_openapi(app)
     return app

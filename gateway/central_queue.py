@@ -110,6 +110,18 @@ class CentralQueue:
     def background_waiting(self) -> int:
         return sum(len(line) for line in self._background.values())
 
+    def breakdown(self) -> dict[tuple[str, str | None], int]:
+        """Waiters by priority class (``retry``, ``interactive``, ``background``) and tenant."""
+        out: dict[tuple[str, str | None], int] = {}
+        lines = [("retry", w.tenant, 1) for w in self._retries if not w.future.done()]
+        for kind, groups in (("interactive", self._tenants), ("background", self._background)):
+            for tenant, line in groups.items():
+                lines.append((kind, tenant, sum(1 for w in line if not w.future.done())))
+        for kind, tenant, count in lines:
+            if count:
+                out[kind, tenant] = out.get((kind, tenant), 0) + count
+        return out
+
     def head(self) -> _Waiter | None:
         """The waiter :meth:`dispatch` offers a free upstream first (exclusions aside)."""
         for lines in ((self._retries,), self._tenants.values(), self._background.values()):

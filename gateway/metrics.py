@@ -8,6 +8,8 @@ Names follow Prometheus conventions and Envoy's upstream stats:
   ``gateway_token_in_flight{token}``
 - ``gateway_upstream_rq_total{upstream,outcome}``, ``gateway_upstream_rq_active{upstream}``,
   ``gateway_upstream_rq_duration_seconds{upstream}`` (histogram)
+- ``gateway_upstream_info{upstream,host,card,vllm,container}`` (always 1: where an upstream
+  runs, for joins in PromQL: ``... * on (upstream) group_left (host, card) gateway_upstream_info``)
 - ``gateway_upstream_healthy{upstream}`` (1 healthy, 0 unhealthy, ejected or drained),
   ``gateway_upstream_ejected{upstream}``, ``gateway_upstream_ejections_total{upstream}``,
   ``gateway_upstream_drained{upstream}`` (1 drained or draining, :mod:`gateway.drain`)
@@ -15,6 +17,13 @@ Names follow Prometheus conventions and Envoy's upstream stats:
 - ``gateway_queue_depth``, ``gateway_queue_wait_seconds``, ``gateway_queue_rejected_total{reason}``
 - ``gateway_retries_total``, ``gateway_retry_overflow_total``, ``gateway_lb_panic``
 - ``gateway_config_reloads_total{result}``
+- ``gateway_queue_waiting{priority,token}`` (``retry``, ``interactive``, ``background``: job
+  slices), ``gateway_jobs{state}``, ``gateway_job_pages_waiting``,
+  ``gateway_job_oldest_waiting_seconds``, ``gateway_jobs_disk_free_bytes``,
+  ``gateway_jobs_disk_total_bytes``, ``gateway_jobs_store_bytes`` (with a job store, read at
+  scrape time from :meth:`gateway.jobs.store.JobStore.stats`)
+- ``process_cpu_seconds_total``, ``process_resident_memory_bytes`` and the rest of
+  prometheus_client's process collector: the gateway's own CPU and memory
 
 Gauges that mirror pool state are refreshed at scrape time by :meth:`GatewayMetrics.render`.
 
@@ -36,12 +45,17 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     generate_latest,
 )
 
 Gauges = Callable[[], dict[str, Any]]
 """What the scrape reads the pool's state from: ``{"upstreams": [(url, in_flight, state)],
-"queue_depth": n, "panic": bool}`` (``UpstreamPool.gauge_snapshot``)."""
+"queue_depth": n, "queue_waiting": {(priority, token): n}, "panic": bool}``
+(``UpstreamPool.gauge_snapshot``)."""
+
+JobStats = Callable[[], dict[str, Any]]
+"""The job store's numbers (:meth:`gateway.jobs.store.JobStore.stats`)."""
 
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.005,
@@ -126,6 +140,12 @@ class GatewayMetrics:
             ["upstream"],
             registry=r,
         )
+        self.upstream_info = Gauge(
+            "gateway_upstream_info",
+            "Always 1: the host, card, vLLM and container of an upstream",
+            ["upstream", "host", "card", "vllm", "container"],
+            registry=r,
+        )
         self.upstream_ejected = Gauge(
             "gateway_upstream_ejected",
             "1 if the upstream is currently ejected",
@@ -180,6 +200,35 @@ class GatewayMetrics:
         self.config_reloads = Counter(
             "gateway_config_reloads_total", "Config reloads by result", ["result"], registry=r
         )
+        self.queue_waiting = Gauge(
+            "gateway_queue_waiting",
+            "Requests waiting in the central queue by priority class and token",
+            ["priority", "token"],
+            registry=r,
+        )
+        self.jobs = Gauge("gateway_jobs", "Jobs in the store by state", ["state"], registry=r)
+        self.job_pages_waiting = Gauge(
+            "gateway_job_pages_waiting",
+            "Pages of active jobs not yet leased (in a pending slice or not cut yet)",
+            registry=r,
+        )
+        self.job_oldest_waiting = Gauge(
+            "gateway_job_oldest_waiting_seconds",
+            "Age of the oldest job that still has pages waiting (0: none waits)",
+            registry=r,
+        )
+        self.jobs_disk_free = Gauge(
+            "gateway_jobs_disk_free_bytes", "Free bytes on the job store's file system", registry=r
+        )
+        self.jobs_disk_total = Gauge(
+            "gateway_jobs_disk_total_bytes", "Size of the job store's file system", registry=r
+        )
+        self.jobs_store_bytes = Gauge(
+            "gateway_jobs_store_bytes", "Bytes of inputs and results the store holds", registry=r
+        )
+        ProcessCollector(registry=r)
+        self.job_stats: JobStats | None = None
+        """Set by the runtime while a job store is open."""
         # the labelled series of every request, looked up once: prometheus_client's labels()
         # takes a lock and builds its key on each call (these series are never cleared)
         self._series: dict[tuple[object, ...], Any] = {}
@@ -211,8 +260,11 @@ class GatewayMetrics:
             self.upstream_ejected,
             self.upstream_drained,
         )
-        for gauge in gauges_per_upstream:
+        for gauge in (*gauges_per_upstream, self.upstream_info):
             gauge.clear()
+        for url, host, card, vllm, container in snapshot.get("info", ()):
+            labels = ("" if v is None else str(v) for v in (host, card, vllm, container))
+            self.upstream_info.labels(url, *labels).set(1)
         counts = {"healthy": 0, "unhealthy": 0, "ejected": 0}
         for url, in_flight, state in snapshot["upstreams"]:
             self.upstream_rq_active.labels(upstream=url).set(in_flight)
@@ -224,7 +276,22 @@ class GatewayMetrics:
         for state, count in counts.items():
             self.upstreams_total.labels(state=state).set(count)
         self.queue_depth.set(snapshot["queue_depth"])
+        self.queue_waiting.clear()
+        for (priority, token), count in snapshot.get("queue_waiting", {}).items():
+            self.queue_waiting.labels(priority=priority, token=token or "-").set(count)
         self.panic.set(1 if snapshot["panic"] else 0)
+        if self.job_stats is not None:
+            self.refresh_jobs(self.job_stats())
+
+    def refresh_jobs(self, stats: dict[str, Any]) -> None:
+        """Copy the job store's numbers into their gauges."""
+        for state, count in stats["jobs"].items():
+            self.jobs.labels(state=state).set(count)
+        self.job_pages_waiting.set(stats["pages_waiting"])
+        self.job_oldest_waiting.set(stats["oldest_waiting_s"])
+        self.jobs_disk_free.set(stats["disk_free_bytes"])
+        self.jobs_disk_total.set(stats["disk_total_bytes"])
+        self.jobs_store_bytes.set(stats["store_bytes"])
 
     def render(self, gauges: Gauges, in_flight: dict[str, int] | None = None) -> tuple[bytes, str]:
         """Prometheus text exposition of this registry, after a refresh (``in_flight``:

@@ -607,6 +607,11 @@ class UpstreamPool(PoolHealth):
         return {
             "upstreams": [(u.url, u.in_flight, self.state(u, now)) for u in self.upstreams],
             "queue_depth": len(self.queue),
+            "queue_waiting": self.queue.breakdown(),
+            "info": [
+                (u.url, u.spec.host, u.spec.card, u.spec.vllm, u.spec.container)
+                for u in self.upstreams
+            ],
             "panic": panic,
         }
 

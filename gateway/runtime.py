@@ -150,6 +150,7 @@ class Runtime:
             runner = JobRunner(self, store)
             runner.start()
             self.jobs = (store, runner)
+            self.metrics.job_stats = lambda: store.stats(running=False)
             log.info("jobs: store at %s", self.settings.jobs.dir)
         if self.watcher is not None:
             self.watcher.start(poll=self.settings.reload.enabled)
@@ -174,6 +175,7 @@ class Runtime:
         await self.health.stop()
         if self.jobs is not None:
             store, runner = self.jobs
+            self.metrics.job_stats = None
             await runner.stop()
             store.close()
             self.jobs = None

@@ -36,6 +36,10 @@ has haproxy || netns_packages+=(haproxy)
 # nginx and wrk: the CPU benchmark's smoke test (tests/bench/test_proxy_cpu.py) runs both
 has nginx || netns_packages+=(nginx-light)
 has wrk || netns_packages+=(wrk)
+# promtool (Debian's prometheus) tests the alert rules (tests/monitoring/test_rules.py); chromium
+# loads the status page headless (tests/gateway/test_status_page.py)
+has promtool || netns_packages+=(prometheus)
+has chromium || netns_packages+=(chromium)
 if [ ${#netns_packages[@]} -gt 0 ] && [ "$(id -u)" -eq 0 ]; then
   echo "installing ${netns_packages[*]} for the tests"
   # The tests start their own sshd: keep the package from starting one on port 22.

@@ -32,6 +32,8 @@ if ! pulumi stack select "$stack" --non-interactive 2>/dev/null; then
     pulumi config set --stack demo buildArgs '{"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}'
     pulumi config set --stack demo vllmReadyTimeout 300
     pulumi config set --stack demo paddlexReadyTimeout 300
+    # Prometheus with the fleet's alert rules, and the exporter (docs/monitoring.md)
+    pulumi config set --stack demo monitoring true
     # The gateway is never open by accident: the demo gets its own tokens, as Pulumi secrets.
     pulumi config set --stack demo --secret --path tokens.demo "$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(24))')"
     pulumi config set --stack demo --secret --path adminTokens.ops "$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(24))')"
@@ -74,3 +76,10 @@ echo "  export PADDLEOCR_FLEET_TOKEN=\$(pulumi config get --stack $stack --path 
 echo "  curl -X POST $gateway/ocr -H \"Authorization: Bearer \$PADDLEOCR_FLEET_TOKEN\" \\"
 echo "       -H 'Content-Type: application/json' -d \"{\\\"base64\\\": \\\"\$(base64 -w0 doc.png)\\\"}\""
 echo "  fleetctl ocr ./scans --out ./markdown --gateway $gateway"
+echo
+echo "== watch it (docs/monitoring.md):"
+echo "  status page: $gateway/status (log in with: pulumi config get --stack $stack --path adminTokens.NAME)"
+echo "  fleetctl top (PADDLEOCR_FLEET_ADMIN_TOKEN set to that admin token)"
+if prometheus="$(pulumi stack output --stack "$stack" prometheus_url 2>/dev/null)"; then
+  echo "  Prometheus: $prometheus (alerts: $prometheus/alerts); Grafana dashboard to import: monitoring/grafana/paddleocr-fleet.json"
+fi

@@ -171,12 +171,27 @@ class BalancerPlan(_Listening):
 
 
 @dataclass(frozen=True)
+class MonitoringPlan(_Listening):
+    """Prometheus, on the gateway's host (config key `monitoring`), and the exporter of every
+    host with cards (`exporter_port`, container `exporter_name` on each)."""
+
+    host: HostPlan
+    port: int
+    container_name: str
+    exporter_port: int = 9104
+    exporter_name: str = "paddleocr-fleet-exporter"
+    exporter_hosts: tuple[HostPlan, ...] = ()
+
+
+@dataclass(frozen=True)
 class FleetPlan:
     hosts: tuple[HostPlan, ...]
     cards: tuple[CardPlan, ...]
     gateways: tuple[GatewayPlan, ...]
     balancer: BalancerPlan | None = None
     """Set in the per-host layout (`gatewayLayout: per-host`), in front of the gateways."""
+    monitoring: MonitoringPlan | None = None
+    """Prometheus (config key `monitoring`)."""
 
     @property
     def layout(self) -> str:
@@ -307,7 +322,20 @@ def build_plan(settings: FleetSettings) -> FleetPlan:
         slots = {card: slot for slot, card in enumerate(port_order(host_settings))}
         for card in sorted(host_settings.card_ids):
             cards.append(_plan_card(settings, host_settings, host, card, slots[card]))
-    plan = FleetPlan(tuple(hosts), tuple(cards), *_plan_gateways(settings, tuple(hosts)))
+    gateways, balancer = _plan_gateways(settings, tuple(hosts))
+    monitoring = None
+    if settings.monitoring:
+        name = settings.gateway_container_name
+        with_cards = tuple(h for h in hosts if any(c.host == h for c in cards))
+        monitoring = MonitoringPlan(
+            gateways[0].host,
+            settings.prometheus_port,
+            f"{name}-prometheus",
+            settings.exporter_port,
+            f"{name}-exporter",
+            with_cards,
+        )
+    plan = FleetPlan(tuple(hosts), tuple(cards), gateways, balancer, monitoring)
     _check_ports(plan, settings)
     return plan
 
@@ -372,13 +400,19 @@ def _check_ports(plan: FleetPlan, settings: FleetSettings) -> None:
     balancer = plan.balancer
     if balancer is not None:
         used[(balancer.host.name, balancer.port)].append(("the balancer", "balancer.port"))
+    if plan.monitoring is not None:
+        prometheus = plan.monitoring
+        used[(prometheus.host.name, prometheus.port)].append(("Prometheus", "prometheusPort"))
+        for host in prometheus.exporter_hosts:
+            used[(host.name, prometheus.exporter_port)].append(("the exporter", "exporterPort"))
     for (host, port), users in used.items():
         if not 1 <= port <= 65535:
             label, key = users[0]
             raise ConfigError(f"config key '{key}': port {port} of {label} is outside 1..65535")
         if len(users) > 1:
             keys = sorted({k for _, k in users})
-            if not {"gatewayPort", "balancer.port", "keeperPort"} & set(keys):
+            services = {"gatewayPort", "balancer.port", "keeperPort", "prometheusPort"}
+            if not (services | {"exporterPort"}) & set(keys):
                 keys.append("portStride")
             names = " and ".join(label for label, _ in users)
             raise ConfigError(

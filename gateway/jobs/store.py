@@ -263,6 +263,56 @@ class JobStore:
         """Bytes of inputs, page results and results the store holds (as recorded)."""
         return int(self._read("SELECT COALESCE(SUM(bytes), 0) FROM jobs")[0][0])
 
+    def stats(self, now: float | None = None, running: bool = True) -> dict[str, Any]:
+        """What monitoring reads (``/metrics``, the status page): jobs by state, the active
+        jobs' page progress (the oldest 200; ``running=False``: none, as ``/metrics`` wants),
+        the pages waiting (in a pending slice, or not cut yet), how long the oldest of them
+        has waited (since its job was submitted) and the store's disk."""
+        now = time.time() if now is None else now
+        states = {
+            row[0]: row[1] for row in self._query("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+        }
+        active = [
+            {
+                "id": row["id"],
+                "tenant": row["tenant"],
+                "pages": row["npages"] or 0,
+                "done": row["done"] or 0,
+                "age_s": round(now - row["created"], 1),
+            }
+            for row in (
+                self._query(
+                    "SELECT j.id, j.tenant, j.created, j.npages, (SELECT SUM(count) FROM slices s"
+                    " WHERE s.job_id = j.id AND s.state='done') AS done FROM jobs j"
+                    " WHERE j.state IN ('pending','running') ORDER BY j.created LIMIT 200"
+                )
+                if running
+                else []
+            )
+        ]
+        waiting = self._query(
+            "SELECT MIN(j.created), COALESCE(SUM(s.count), 0) FROM slices s"
+            " JOIN jobs j ON j.id = s.job_id WHERE j.state IN ('pending','running')"
+            " AND s.state='pending'"
+        )[0]
+        uncut = self._query(
+            f"SELECT MIN(created), COALESCE(SUM(npages - cut), 0) FROM jobs"
+            f" WHERE state IN ('pending','running') AND {_UNCUT}"
+        )[0]
+        oldest = min((t for t in (waiting[0], uncut[0]) if t is not None), default=None)
+        disk = shutil.disk_usage(self.root)
+        return {
+            "jobs": {
+                state: states.get(state, 0) for state in ("pending", "running", "done", "failed")
+            },
+            "running": active,
+            "pages_waiting": int(waiting[1]) + int(uncut[1]),
+            "oldest_waiting_s": 0.0 if oldest is None else max(0.0, now - oldest),
+            "disk_free_bytes": disk.free,
+            "disk_total_bytes": disk.total,
+            "store_bytes": self.disk_bytes(),
+        }
+
     def create_job(
         self, job: Job, data: bytes, slices: list[tuple[int, int]] | None = None
     ) -> None:

@@ -15,6 +15,9 @@ Routes (errors are JSON ``{"error": ...}`` with a 4xx/5xx status):
 - ``GET /answers/K``: 200 with the answer kept for K (``X-Keeper-Upstream`` names the
   instance), 202 ``{"state": "running", "upstream": URL}``, or 404.
 - ``GET /health``: 200 with counts.
+- ``GET /metrics``: the same counts in Prometheus text (``keeper_slices_running``,
+  ``keeper_answers_kept``, ``keeper_answers_kept_bytes``, ``keeper_calls_total{kind}``) and the
+  process's CPU and memory (on the host's loopback, like every keeper route).
 
 Usage::
 
@@ -33,6 +36,14 @@ from typing import Any
 from urllib.parse import unquote
 
 import httpx
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    ProcessCollector,
+    generate_latest,
+)
 
 from gateway.keeper.store import Answer, KeeperStore
 from gateway.settings import ConfigError, parse_settings
@@ -154,6 +165,9 @@ class KeeperApp:
             await self._answer(unquote(path[len("/answers/") :]), send)
         elif path == "/health" and method == "GET":
             await _json(send, 200, {"status": "ok", **self.store.stats()})
+        elif path == "/metrics" and method == "GET":
+            body = keeper_metrics(self.store.stats())
+            await _reply(send, Answer(200, body, CONTENT_TYPE_LATEST), [])
         else:
             await _json(send, 404, {"error": f"no route {method} {path}"})
 
@@ -230,6 +244,23 @@ async def _read_body(receive: Any, limit: int) -> bytes | None:
         parts.append(chunk)
         if not message.get("more_body", False):
             return b"".join(parts)
+
+
+def keeper_metrics(stats: dict[str, int]) -> bytes:
+    """The keeper's counts (:meth:`KeeperStore.stats`) and process series, as text."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    for name, key, doc in (
+        ("keeper_slices_running", "running", "Slices being parsed through this keeper"),
+        ("keeper_answers_kept", "kept", "Answers kept for gateways to collect"),
+        ("keeper_answers_kept_bytes", "kept_bytes", "Bytes of the answers kept"),
+    ):
+        Gauge(name, doc, registry=registry).set(stats[key])
+    calls = Counter("keeper_calls", "Keeper calls by kind", ["kind"], registry=registry)
+    for key, value in stats.items():
+        if key.startswith("calls_"):
+            calls.labels(key[len("calls_") :]).inc(value)
+    return generate_latest(registry)
 
 
 async def _reply(send: Any, answer: Answer, extra: list[tuple[bytes, bytes]]) -> None:

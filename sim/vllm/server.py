@@ -4,7 +4,9 @@ Like vLLM, nothing listens while the "model" loads (`VLLM_SIM_LOAD_SECONDS`, def
 clients get connection refused, not 503. Then `/health`, `/v1/models` and
 `/v1/chat/completions` answer in vLLM's shapes. Each completion names the simulator's port
 (`sim-vllm:9031 ...`) and echoes the prompt and a digest of each image it was sent.
-`VLLM_SIM_LATENCY_SECONDS` (default 0) adds a delay to each completion.
+`VLLM_SIM_LATENCY_SECONDS` (default 0) adds a delay to each completion. `/metrics` exports
+vLLM's own Prometheus series (:mod:`sim.vllm.metrics`); at most ``--max-num-seqs`` completions
+run at once, the others wait, as in vLLM's scheduler.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from fastapi.responses import JSONResponse, Response
 
 from .cli import ServeArgs
 from .images import describe_image_url
+from .metrics import VllmMetrics
 
 
 def _env_float(name: str, default: float) -> float:
@@ -75,6 +78,12 @@ def build_app(args: ServeArgs) -> FastAPI:
     app = FastAPI(title="vLLM simulator", docs_url=None, redoc_url=None)
     created = int(time.time())
     latency = _env_float("VLLM_SIM_LATENCY_SECONDS", 0.0)
+    metrics = VllmMetrics(args.served_model_name, args.max_num_seqs, args.max_model_len)
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
 
     @app.get("/health")
     async def health() -> Response:
@@ -124,11 +133,13 @@ def build_app(args: ServeArgs) -> FastAPI:
             )
         if body.get("stream"):
             return error_response(400, "BadRequestError", "stream=true is not simulated")
-        if latency > 0:
-            await asyncio.sleep(latency)
-        text = answer_text(args.port, model, body["messages"])
         prompt_tokens = sum(len(json.dumps(m)) // 4 for m in body["messages"])
-        completion_tokens = max(1, len(text) // 4)
+        async with metrics.request(prompt_tokens) as done:
+            if latency > 0:
+                await asyncio.sleep(latency)
+            text = answer_text(args.port, model, body["messages"])
+            completion_tokens = max(1, len(text) // 4)
+            done(completion_tokens)
         return JSONResponse(
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex}",

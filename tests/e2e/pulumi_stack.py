@@ -26,7 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 CLI_VARIABLE = "PADDLEOCR_FLEET_PULUMI"
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "requirements.txt")
-PROJECT_DIRS = ("components", "config", "gateway")
+PROJECT_DIRS = ("components", "config", "gateway", "monitoring")
 PLUGIN_VERSIONS = {"docker": "pulumi-docker", "command": "pulumi-command"}
 
 

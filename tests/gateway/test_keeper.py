@@ -143,6 +143,10 @@ def test_too_large_unknown_routes_and_health(fleet: DoubleFleet) -> None:
         assert httpx.get(server.url + "/answers/none", trust_env=False).status_code == 404
         health = httpx.get(server.url + "/health", trust_env=False).json()
         assert health["status"] == "ok" and health["running"] == 0
+        metrics = httpx.get(server.url + "/metrics", trust_env=False)
+        assert metrics.status_code == 200 and "text/plain" in metrics.headers["content-type"]
+        assert "keeper_slices_running 0.0" in metrics.text
+        assert "process_resident_memory_bytes" in metrics.text
     finally:
         server.stop()
     assert not fleet[0].layout_requests()

@@ -1,0 +1,216 @@
+"""`Monitoring`: Prometheus on the gateway's host (config key `monitoring`), built from
+`monitoring/Dockerfile` (Debian's prometheus on the project's base image, the fleet's alert
+rules baked in), its data in a host folder that outlives the container, retention bounded by
+time and size.
+
+Beside it, on every host with cards, the host exporter (`monitoring/exporter.py`, from the same
+image): each container's memory and state, read from that host's Docker engine (its socket
+mounted read-only), for the PaddleX memory alert, and its `up` for HostUnreachable.
+
+Its targets are files in the container (file-based service discovery) that the stack swaps in
+by `docker exec`, as it does the gateway's config: growing the fleet rewrites them and
+Prometheus reads them again, with no restart. A vLLM becomes a target once it has loaded its
+model, so a growing fleet raises no InstanceDown. The gateway's `/metrics` needs an admin
+token when the stack has tokens: the `adminTokens` entry named `prometheus`, else the first,
+is uploaded into the container (a Pulumi secret).
+
+    monitoring = Monitoring("local-monitoring", MonitoringArgs(settings, plan, waits, provider))
+    monitoring.url   # stack output `prometheus_url`
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_command as command
+import pulumi_docker as docker
+
+from components import containers, render
+from components.images import BuildSpec, build_image
+from components.plan import FleetPlan, HostPlan, MonitoringPlan
+from components.settings import ConfigError, FleetSettings
+
+PROMETHEUS_BUILD = BuildSpec(context="monitoring", repository="paddleocr-fleet/prometheus")
+DATA_DIR_IN_CONTAINER = "/prometheus"
+TARGETS_DIR = "/etc/prometheus/targets"
+TOKEN_FILE = "/etc/prometheus/secrets/gateway.token"
+ROLES = ("gateway", "keeper", "vllm", "host")
+EXPORTER = "/opt/paddleocr-fleet/exporter.py"
+HOST_SOCKET = "/var/run/docker.sock"
+
+
+def scrape_targets(plan: FleetPlan) -> dict[str, list[dict[str, Any]]]:
+    """The file-SD documents by role: every gateway, the keepers of Prometheus' own host (they
+    listen on its loopback only) and every vLLM, each labelled with its role and host (and a
+    vLLM with its card and container)."""
+    monitoring = plan.monitoring
+    assert monitoring is not None
+    out: dict[str, list[dict[str, Any]]] = {role: [] for role in ROLES}
+    for gateway in plan.gateways:
+        address = "127.0.0.1" if gateway.host == monitoring.host else gateway.host.address
+        labels = {"role": "gateway", "host": gateway.host.name}
+        out["gateway"].append({"targets": [f"{address}:{gateway.port}"], "labels": labels})
+        keeper = gateway.keeper
+        if keeper is not None and keeper.host == monitoring.host:
+            labels = {"role": "keeper", "host": keeper.host.name}
+            out["keeper"].append({"targets": [f"127.0.0.1:{keeper.port}"], "labels": labels})
+    for vllm in plan.vllm:
+        labels = {
+            "role": "vllm",
+            "host": vllm.host.name,
+            "card": str(vllm.card),
+            "container": vllm.container_name,
+        }
+        out["vllm"].append({"targets": [f"{vllm.host.address}:{vllm.port}"], "labels": labels})
+    for host in monitoring.exporter_hosts:
+        address = "127.0.0.1" if host == monitoring.host else host.address
+        labels = {"role": "host", "host": host.name}
+        target = f"{address}:{monitoring.exporter_port}"
+        out["host"].append({"targets": [target], "labels": labels})
+    return out
+
+
+def host_socket(host: HostPlan) -> str:
+    """The Docker engine's socket on `host` itself (its unix endpoint, else the default)."""
+    endpoint = host.endpoint or ""
+    return endpoint.removeprefix("unix://") if endpoint.startswith("unix://") else HOST_SOCKET
+
+
+def exporter_argv(monitoring: MonitoringPlan, stack_label: str) -> list[str]:
+    return [
+        "/usr/bin/tini", "--", "python3", EXPORTER,
+        "--port", str(monitoring.exporter_port), "--stack", stack_label,
+    ]  # fmt: skip
+
+
+def scrape_token(settings: FleetSettings) -> str:
+    """The admin token Prometheus presents to the gateways ('' for an open gateway)."""
+    admins = settings.admin_tokens
+    if not admins:
+        if settings.tokens:
+            raise ConfigError(
+                "config key 'monitoring': Prometheus reads the gateway's /metrics with an admin "
+                "token, and this stack has user tokens only: add one with `pulumi config set "
+                '--secret --path adminTokens.prometheus "$(openssl rand -hex 32)"`'
+            )
+        return ""
+    chosen = admins.get("prometheus") or next(iter(admins.values()))
+    return chosen.get_secret_value()
+
+
+def prometheus_argv(settings: FleetSettings, monitoring: MonitoringPlan) -> list[str]:
+    return [
+        "--config.file=/etc/prometheus/fleet.yml",
+        f"--storage.tsdb.path={DATA_DIR_IN_CONTAINER}",
+        f"--storage.tsdb.retention.time={settings.prometheus_retention}",
+        f"--storage.tsdb.retention.size={settings.prometheus_retention_size}",
+        f"--web.listen-address=:{monitoring.port}",
+    ]
+
+
+@dataclass
+class MonitoringArgs:
+    settings: FleetSettings
+    plan: FleetPlan
+    waits: list[pulumi.Output[Any]] = field(default_factory=list)
+    """What the targets wait for (each vLLM's readiness): a target is written once it serves."""
+    providers: dict[str, pulumi.ProviderResource] = field(default_factory=dict)
+    """The Docker provider of each host, by name."""
+    guard: pulumi.Output[str] | None = None
+
+
+class Monitoring(pulumi.ComponentResource):
+    url: pulumi.Output[str]
+
+    def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("paddleocr-fleet:fleet:Monitoring", name, {}, opts)
+        settings, plan = args.settings, args.plan
+        monitoring = plan.monitoring
+        assert monitoring is not None
+        token = scrape_token(settings)
+        images: dict[str, tuple[pulumi.Input[str], list[pulumi.Resource]]] = {}
+        for host in {h.name: h for h in (monitoring.host, *monitoring.exporter_hosts)}.values():
+            if settings.prometheus_image:
+                images[host.name] = (settings.prometheus_image, [])
+            else:
+                built, cleanup = build_image(
+                    self,
+                    f"{name}-image" if host == monitoring.host else f"{name}-image-{host.name}",
+                    PROMETHEUS_BUILD,
+                    host,
+                    args.providers.get(host.name),
+                    args.guard,
+                )
+                images[host.name] = (built, [cleanup])
+        image, depends = images[monitoring.host.name]
+        provider = args.providers.get(monitoring.host.name)
+        data_dir = (
+            settings.prometheus_data_dir
+            or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/prometheus"
+        )
+        self.container = docker.Container(
+            name,
+            name=monitoring.container_name,
+            image=image,
+            network_mode="host",
+            restart="unless-stopped",
+            command=prometheus_argv(settings, monitoring),
+            volumes=[
+                docker.ContainerVolumeArgs(host_path=data_dir, container_path=DATA_DIR_IN_CONTAINER)
+            ],
+            uploads=[
+                docker.ContainerUploadArgs(file=TOKEN_FILE, content=pulumi.Output.secret(token))
+            ],
+            labels=containers.labels("prometheus", monitoring.host, None, monitoring.port),
+            destroy_grace_seconds=containers.STOP_GRACE_S,
+            opts=containers.child_opts(self, provider, depends_on=depends),
+        )
+        self.exporters = [
+            docker.Container(
+                f"{name}-exporter-{host.name}",
+                name=monitoring.exporter_name,
+                image=images[host.name][0],
+                network_mode="host",
+                restart="unless-stopped",
+                entrypoints=exporter_argv(monitoring, containers.stack_label())[:1],
+                command=exporter_argv(monitoring, containers.stack_label())[1:],
+                volumes=[
+                    docker.ContainerVolumeArgs(
+                        host_path=host_socket(host), container_path=HOST_SOCKET, read_only=True
+                    )
+                ],
+                labels=containers.labels("exporter", host, None, monitoring.exporter_port),
+                opts=containers.child_opts(
+                    self, args.providers.get(host.name), depends_on=images[host.name][1]
+                ),
+            )
+            for host in monitoring.exporter_hosts
+        ]
+        targets = pulumi.Output.all(*args.waits).apply(lambda _: scrape_targets(plan))
+        self.targets: list[command.local.Command] = []
+        for role in ROLES:
+            content = targets.apply(lambda t, r=role: json.dumps(t[r], indent=1) + "\n")
+            self.targets.append(
+                command.local.Command(
+                    f"{name}-targets-{role}",
+                    create=render.config_install_command(
+                        monitoring.container_name, f"{TARGETS_DIR}/{role}.json"
+                    ),
+                    stdin=content,
+                    environment=monitoring.host.docker_env,
+                    triggers=[self.container.id, content.apply(render.content_hash)],
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[self.container]),
+                )
+            )
+        self.ready = command.local.Command(
+            f"{name}-ready",
+            create=render.service_ready_command(monitoring, "Prometheus", "/-/ready"),
+            environment=monitoring.host.docker_env,
+            triggers=[self.container.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.container]),
+        )
+        self.url = self.ready.stdout.apply(lambda _: monitoring.url)
+        self.register_outputs({"url": self.url})

@@ -1,0 +1,19 @@
+"""The status page: the fleet at a glance, in a browser, for admins.
+
+``GET /status`` serves one HTML page (plain HTML, JS and CSS from ``static/``: no build step,
+nothing fetched from elsewhere) that polls ``GET /status/api/state`` every two seconds and
+redraws hosts -> cards -> vLLM -> PaddleX with their state, in-flight and latency, the queue by
+priority and token, the running jobs with their page progress and the gateway's CPU and memory.
+
+A browser cannot send a bearer header by itself, so an admin logs in once with an admin token
+(``POST /status/login``, a form) and gets a session cookie (:mod:`gateway.status.session`):
+HttpOnly, ``SameSite=Strict``, path ``/status``, signed, eight hours. The token never appears
+in a URL. Programs (``fleetctl top``) read the state API with an admin bearer token instead.
+Every state-changing route (login, logout) and the state API refuse cross-site
+requests (``Origin`` and ``Sec-Fetch-Site``). A gateway without tokens (open access) shows the
+page to everyone, as it does ``/upstreams``.
+"""
+
+from gateway.status.router import router
+
+__all__ = ["router"]
