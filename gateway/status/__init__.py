@@ -6,12 +6,14 @@ redraws hosts -> cards -> vLLM -> PaddleX with their state, in-flight and latenc
 priority and token, the running jobs with their page progress and the gateway's CPU and memory.
 
 A browser cannot send a bearer header by itself, so an admin logs in once with an admin token
-(``POST /status/login``, a form) and gets a session cookie (:mod:`gateway.status.session`):
-HttpOnly, ``SameSite=Strict``, path ``/status``, signed, eight hours. The token never appears
-in a URL. Programs (``fleetctl top``) read the state API with an admin bearer token instead.
-Every state-changing route (login, logout) and the state API refuse cross-site
-requests (``Origin`` and ``Sec-Fetch-Site``). A gateway without tokens (open access) shows the
-page to everyone, as it does ``/upstreams``.
+(the form of ``GET /status/login``, posted to ``POST /status/login``) and gets a session
+cookie (:mod:`gateway.status.session`): HttpOnly, ``SameSite=Strict``, path ``/status``,
+signed, eight hours. The token never appears in a URL. The page itself holds no data and loads
+for any top-level navigation (a link from Grafana or an alert); its script's first request
+without a session gets 401 and goes to the login form. Programs (``fleetctl top``) read the
+state API with an admin bearer token instead. Login, logout and the state API refuse
+cross-site requests (``Sec-Fetch-Site``, else ``Origin``). A gateway without tokens (open
+access) shows the page to everyone, as it does ``/upstreams``.
 """
 
 from gateway.status.router import router

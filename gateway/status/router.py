@@ -55,11 +55,30 @@ def _refused(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=SECURITY_HEADERS)
 
 
+def _navigation(request: Request) -> bool:
+    """A top-level navigation (a link, a typed URL) or a same-origin request: what may open a
+    page. A page holds no data (its script fetches the state, same-origin only) and no frame
+    may hold it, so a link from elsewhere (Grafana, an alert) may open it."""
+    mode = request.headers.get("sec-fetch-mode")
+    dest = request.headers.get("sec-fetch-dest")
+    return (mode == "navigate" and dest == "document") or same_origin(request)
+
+
 @router.get("")
 async def page(request: Request) -> Response:
-    if not same_origin(request):
+    """The page. Without a session it still loads: its first poll gets 401 and sends the
+    browser to the login form (a cookie that is SameSite=Strict is not sent with a navigation
+    from another site, but is with the page's own requests)."""
+    if not _navigation(request):
         return _refused(403, "cross_site", "the status page refuses cross-site requests")
-    return _page("index.html" if logged_in(request) else "login.html")
+    return _page("index.html")
+
+
+@router.get("/login")
+async def login_form(request: Request) -> Response:
+    if not _navigation(request):
+        return _refused(403, "cross_site", "the status page refuses cross-site requests")
+    return _page("login.html")
 
 
 @router.get("/static/{name}")

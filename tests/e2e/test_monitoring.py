@@ -185,6 +185,7 @@ def test_status_page_and_alert_of_a_stopped_paddlex(fleet):
         page = browser.new_page()
         page.goto(f"{gateway}/status")
         assert page.eval("fetch('/status/api/state').then(r => r.status)") == 401
+        page.wait_for("!!document.getElementById('token')")  # sent to the login form
         page.eval(f"document.getElementById('token').value = {ADMIN!r}")
         page.eval("document.getElementById('login').click(), true")
         page.wait_for("document.body.dataset.loaded === '1'")

@@ -55,7 +55,9 @@ def test_refused_without_login_and_with_a_user_token(start_gateway, vllm_url, tm
         gw = start_gateway(status_config(fleet, vllm_url, tmp_path))
         api = gw.client.get("/status/api/state")
         assert api.status_code == 401 and "upstreams" not in api.text
-        page = gw.client.get("/status")
+        shell = gw.client.get("/status")  # no data in it: its script polls the API
+        assert shell.status_code == 200 and "/status/static/status.js" in shell.text
+        page = gw.client.get("/status/login")
         assert page.status_code == 200 and 'action="/status/login"' in page.text
         assert 'method="post"' in page.text  # the token goes in a body, never in a URL
         assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
@@ -111,6 +113,17 @@ def test_cross_site_requests_are_refused(start_gateway, vllm_url, tmp_path) -> N
     with DoubleFleet(1) as fleet:
         gw = start_gateway(status_config(fleet, vllm_url, tmp_path))
         evil = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
+        # a link from another site opens the page (it holds no data); a script there cannot
+        link = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
+        assert gw.client.get("/status", headers={**link, "Sec-Fetch-Dest": "document"}).is_success
+        script = {
+            "Sec-Fetch-Site": "cross-site",
+            "Sec-Fetch-Mode": "cors",
+            "Sec-Fetch-Dest": "empty",
+        }
+        assert gw.client.get("/status", headers=script).status_code == 403
+        framed = {**link, "Sec-Fetch-Dest": "iframe"}
+        assert gw.client.get("/status/login", headers=framed).status_code == 403
         assert login(gw.client, ADMIN, **evil).status_code == 403
         assert login(gw.client, ADMIN, Origin="http://evil.example").status_code == 403
         assert login(gw.client, ADMIN, **{"Sec-Fetch-Site": "same-site"}).status_code == 403
@@ -129,7 +142,7 @@ def test_the_page_in_headless_chromium(start_gateway, vllm_url, tmp_path) -> Non
         gw = start_gateway(status_config(fleet, vllm_url, tmp_path))
         page = browser.new_page()
         page.goto(f"{gw.url}/status")
-        assert page.eval("!!document.querySelector('form[action=\"/status/login\"]')")
+        page.wait_for("!!document.querySelector('form[action=\"/status/login\"]')")
         assert page.eval("fetch('/status/api/state').then(r => r.status)") == 401
         page.eval(f"document.getElementById('token').value = {ADMIN!r}")
         page.eval("document.getElementById('login').click(), true")
@@ -190,6 +203,7 @@ def test_ten_hosts_of_eight_cards_stay_fast(start_gateway, tmp_path) -> None:
     with Browser() as browser:
         page = browser.new_page()
         page.goto(f"{gw.url}/status")
+        page.wait_for("!!document.getElementById('token')")
         page.eval(f"document.getElementById('token').value = {ADMIN!r}")
         page.eval("document.getElementById('login').click(), true")
         page.wait_for("document.body.dataset.loaded === '1'")

@@ -128,7 +128,7 @@ function drawHeader(doc) {
 async function poll() {
   try {
     const answer = await fetch("/status/api/state", { credentials: "same-origin", cache: "no-store" });
-    if (answer.status === 401) { window.location.reload(); return; }
+    if (answer.status === 401) { window.location.replace("/status/login"); return; }
     const doc = await answer.json();
     drawFleet(doc);
     drawQueue(doc);
