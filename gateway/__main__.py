@@ -112,7 +112,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gateway: invalid config: {exc}", file=sys.stderr)
         return 2
     return serve_one(app, args.host, args.port, args.log_level, args.handover)
-    return 0
 
 
 def serve_one(app: GatewayApp, host: str, port: int, log_level: str, handover: str | None) -> int:

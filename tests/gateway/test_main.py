@@ -132,7 +132,7 @@ def test_quiets_the_httpx_loggers(tmp_path, monkeypatch, logging_restored):
     path = tmp_path / "gateway.json"
     path.write_text(json.dumps({"upstreams": ["http://127.0.0.1:9"]}))
     ran: list[object] = []
-    monkeypatch.setattr(entry.uvicorn, "run", lambda app, **kwargs: ran.append(app))
+    monkeypatch.setattr(entry, "serve_one", lambda app, *args: ran.append(app) or 0)
     for name in ("httpx", "httpcore"):
         monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
     assert entry.main(["--config", str(path), "--workers", "1"]) == 0 and ran
