@@ -61,7 +61,11 @@ class Fleet:
         self.providers = {host.name: _provider(host) for host in plan.hosts}
         previous = previous_topology()
         guard = port_guard(plan, previous)
-        ran_before = previous.apply(rollout.cards_in_topology)
+        waits = previous.apply(
+            lambda topology: rollout.card_waits(
+                plan, rollout.cards_in_topology(topology), settings.max_unavailable_cards
+            )
+        )
         self.images = {
             host.name: HostImages(settings, host, self.providers[host.name], guard)
             for host in plan.hosts
@@ -74,9 +78,11 @@ class Fleet:
             images = self.images[card.host.name]
             key = (card.host.name, card.card)
 
-            def after(ran: set[rollout.CardKey], key: rollout.CardKey = key) -> list[Any]:
-                waits = rollout.card_waits(plan, ran, settings.max_unavailable_cards)
-                return [by_key[k].in_service for k in waits[key]]
+            def after(
+                found: dict[rollout.CardKey, list[rollout.CardKey]],
+                key: rollout.CardKey = key,
+            ) -> list[Any]:
+                return [by_key[k].in_service for k in found[key]]
 
             by_key[key] = NpuCard(
                 f"{card.host.name}-card-{card.card}",
@@ -88,7 +94,7 @@ class Fleet:
                     provider=self.providers[card.host.name],
                     drain=rollout.drain_command(plan, card, settings.drain_timeout, token_file),
                     undrain=rollout.undrain_command(plan, card, token_file),
-                    after=ran_before.apply(after),
+                    after=waits.apply(after),
                 ),
                 _former_names(card.host, f"-card-{card.card}"),
             )

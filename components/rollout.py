@@ -23,6 +23,7 @@ the card.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import shlex
@@ -48,24 +49,32 @@ def wave_width(max_unavailable: float, cards_on_host: int) -> int:
     return max(1, math.floor(max_unavailable * cards_on_host))
 
 
+def host_waves(
+    plan: FleetPlan, ran_before: Iterable[CardKey], max_unavailable: float
+) -> dict[str, list[list[CardKey]]]:
+    """Per host, the waves of the cards that ran before: in plan order, `wave_width` cards a
+    wave. Cards new to the stack are in no wave."""
+    ran = set(ran_before)
+    found = {}
+    for host in plan.hosts:
+        on_host = plan.cards_of(host.name)
+        cards = [_key(c) for c in on_host if _key(c) in ran]
+        width = wave_width(max_unavailable, len(on_host))
+        found[host.name] = [cards[i : i + width] for i in range(0, len(cards), width)]
+    return found
+
+
 def card_waits(
     plan: FleetPlan, ran_before: Iterable[CardKey], max_unavailable: float
 ) -> dict[CardKey, list[CardKey]]:
-    """For each card, the cards whose `in service` step it waits for before it is touched.
-
-    The cards that ran before are put in waves per host, in plan order, `wave_width` cards a
-    wave; a card of wave n waits for every card of wave n - 1. Cards new to the stack wait for
-    nothing.
-    """
-    ran = set(ran_before)
+    """For each card, the cards whose `in service` step it waits for before it is touched:
+    a card of wave n waits for every card of wave n - 1; cards new to the stack wait for
+    nothing."""
     waits: dict[CardKey, list[CardKey]] = {_key(card): [] for card in plan.cards}
-    for host in plan.hosts:
-        cards = [_key(c) for c in plan.cards_of(host.name) if _key(c) in ran]
-        width = wave_width(max_unavailable, len(plan.cards_of(host.name)))
-        for position, key in enumerate(cards):
-            wave = position // width
-            if wave > 0:
-                waits[key] = cards[(wave - 1) * width : wave * width]
+    for each_host in host_waves(plan, ran_before, max_unavailable).values():
+        for before, wave in itertools.pairwise(each_host):
+            for key in wave:
+                waits[key] = before
     return waits
 
 
@@ -74,16 +83,12 @@ def waves(plan: FleetPlan, ran_before: Iterable[CardKey], max_unavailable: float
     and the docs): which cards a replacing update takes out together."""
     ran = set(ran_before)
     lines = []
-    for host in plan.hosts:
-        cards = [c.card for c in plan.cards_of(host.name) if _key(c) in ran]
-        new = [c.card for c in plan.cards_of(host.name) if _key(c) not in ran]
-        width = wave_width(max_unavailable, len(plan.cards_of(host.name)))
-        for start in range(0, len(cards), width):
-            lines.append(
-                f"host {host.name} wave {start // width + 1}: cards {cards[start : start + width]}"
-            )
+    for host, each_host in host_waves(plan, ran, max_unavailable).items():
+        for number, wave in enumerate(each_host, 1):
+            lines.append(f"host {host} wave {number}: cards {[card for _, card in wave]}")
+        new = [c.card for c in plan.cards_of(host) if _key(c) not in ran]
         if new:
-            lines.append(f"host {host.name} new cards, in parallel: {new}")
+            lines.append(f"host {host} new cards, in parallel: {new}")
     return lines
 
 
