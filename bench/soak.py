@@ -223,7 +223,7 @@ def sample_memory(fleet: SimStack, run: Run, stop: threading.Event, every_s: flo
         point: dict[str, Any] = {"t": round(run.now(), 1)}
         for line in stats.stdout.splitlines():
             name, usage = line.split(" ", 1)
-            role = "keeper" if name.endswith("-keeper") else "gateway"
+            role = "keeper" if name.startswith(f"{fleet.gateway_name}-keeper") else "gateway"
             point[role] = round(_mib(usage.split("/")[0].strip()), 1)
         run.memory.append(point)
 

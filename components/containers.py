@@ -92,7 +92,7 @@ def child_opts(
     """Options for a child container: parented, on its host's provider, by default deleted
     before replaced (host networking: the old and new container cannot hold the same port at
     once, and Docker holds each name once). The gateway is the exception: it hands its port
-    over (components/gateway.py)."""
+    over, and so does its keeper (components/gateway.py, components/keeper.py)."""
     return pulumi.ResourceOptions(
         parent=parent, provider=provider, delete_before_replace=delete_before_replace, **extra
     )

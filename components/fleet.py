@@ -198,9 +198,13 @@ class Fleet:
             outputs["gateways"] = [g.url for g in self.gateways]
         if self.monitoring is not None:
             outputs["prometheus_url"] = self.monitoring.url
+        # the gateways' and keepers' containers carry their generation in their names
         plan_names = [g.container_name for g in self.plan.gateways]
+        plan_names += [g.keeper.container_name for g in self.plan.gateways if g.keeper]
+        actual = [g.container_name for g in self.gateways]
+        actual += [g.keeper.container_name for g in self.gateways if g.keeper]
         stack = pulumi.get_stack()
-        outputs["topology"] = pulumi.Output.all(*(g.container_name for g in self.gateways)).apply(
+        outputs["topology"] = pulumi.Output.all(*actual).apply(
             lambda names: render.topology(
                 self.settings, self.plan, stack, dict(zip(plan_names, names, strict=True))
             )

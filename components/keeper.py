@@ -5,6 +5,12 @@ gateway that dies mid-job finds, on its restart, the slices it had running inste
 them again. Its config (the instances it may call) is swapped in by `docker exec` when the
 fleet changes, so growing the fleet does not replace it.
 
+A keeper that must be replaced (a new image) is handed over as the gateway is
+(`components.gateway`): the new container, named with a hash of its generation, starts beside
+the old one, takes its listening socket over through a host folder both mount, and serves
+(its serving file) before Pulumi deletes the old one, which finishes the slice calls it holds.
+The answers the old one kept in memory go with it: a gateway that is alive has them already.
+
     keeper = SliceKeeper("local-gateway-keeper", SliceKeeperArgs(plan.gateway.keeper, upstreams,
                          image), pulumi.ResourceOptions(parent=gateway))
     keeper.installed  # the config install; the gateway's own waits for it
@@ -44,26 +50,52 @@ class SliceKeeper(pulumi.ComponentResource):
         keeper = args.plan
         config_json = args.upstreams.apply(render.keeper_config_json)
         argv = render.keeper_argv(keeper)
+        envs = [f"GATEWAY_PORT={keeper.port}"]  # the image's healthcheck probes its /health
+        handover_dir = render.keeper_handover_dir(keeper, pulumi.get_stack())
+        labels = containers.labels("keeper", keeper.host, None, keeper.port)
+        generation = pulumi.Output.from_input(args.image).apply(
+            lambda image_id: {
+                "image": image_id,
+                "argv": argv,
+                "envs": envs,
+                "handover": handover_dir,
+                "labels": {label.label: label.value for label in labels},
+            }
+        )
         self.container = docker.Container(
             name,
-            name=keeper.container_name,
+            name=generation.apply(lambda g: render.generation_name(keeper.container_name, g)),
             image=args.image,
             network_mode="host",
             restart="unless-stopped",
             entrypoints=argv[:1],
             command=argv[1:],
-            envs=[f"GATEWAY_PORT={keeper.port}"],  # the image's healthcheck probes its /health
+            envs=envs,
+            volumes=[
+                docker.ContainerVolumeArgs(
+                    host_path=handover_dir,
+                    container_path=render.KEEPER_HANDOVER_DIR_IN_CONTAINER,
+                )
+            ],
             uploads=[docker.ContainerUploadArgs(file=keeper.config_path, content=config_json)],
-            labels=containers.labels("keeper", keeper.host, None, keeper.port),
+            labels=labels,
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            # Later configs arrive through `install` below and are read again in place.
+            # Later configs arrive through `install` below and are read again in place. Created
+            # before the old one is deleted: the listening socket passes from one to the other.
             opts=containers.child_opts(
-                self, args.provider, ignore_changes=["uploads"], depends_on=args.depends_on
+                self,
+                args.provider,
+                delete_before_replace=False,
+                ignore_changes=["uploads"],
+                depends_on=args.depends_on,
             ),
         )
+        self.container_name: pulumi.Output[str] = self.container.name
         self.installed = command.local.Command(
             f"{name}-config",
-            create=render.config_install_command(keeper.container_name, keeper.config_path),
+            create=self.container.name.apply(
+                lambda container: render.config_install_command(container, keeper.config_path)
+            ),
             stdin=config_json,
             environment=keeper.host.docker_env,
             triggers=[self.container.id, config_json.apply(render.content_hash)],
@@ -71,7 +103,9 @@ class SliceKeeper(pulumi.ComponentResource):
         )
         self.ready = command.local.Command(
             f"{name}-ready",
-            create=render.keeper_ready_command(keeper),
+            create=self.container.name.apply(
+                lambda container: render.keeper_ready_command(keeper, container)
+            ),
             environment=keeper.host.docker_env,
             triggers=[self.container.id],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.installed]),

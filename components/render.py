@@ -256,6 +256,19 @@ PROBE = (
 )
 """Run inside a host-network container: GET a URL, succeed on 2xx whose body holds argv[2]."""
 PYTHON_PROBE = ("python3", "-c", PROBE)
+SERVING_FILE = "/run/paddleocr-fleet/serving"
+"""In a gateway's or keeper's container: written once its own process serves
+(`--serving-file`, gateway/listeners.ServingFile), removed when it stops serving."""
+
+
+def serving_probe(serving_file: str) -> tuple[str, ...]:
+    """`PYTHON_PROBE`, passing only once `serving_file` exists in the container: during a
+    handover the old process answers on the same port, so the port alone proves nothing about
+    the new one."""
+    check = f"import os, sys\nif not os.path.exists({serving_file!r}):\n    sys.exit(1)\n"
+    return ("python3", "-c", check + PROBE)
+
+
 CURL_PROBE = (
     "sh",
     "-c",
@@ -375,22 +388,33 @@ def service_ready_command(
 
 
 def gateway_ready_command(gateway: GatewayPlan, container: str) -> str:
-    """Ready once the gateway in `container` answers `/ready` (on the host's port: during a
-    handover the old and the new gateway serve it together)."""
-    return service_ready_command(gateway, "the gateway", "/ready", container=container)
+    """Ready once the gateway process in `container` serves (its serving file) and `/ready`
+    answers on the host's port (during a handover the old and the new gateway serve it
+    together)."""
+    return service_ready_command(
+        gateway, "the gateway", "/ready", serving_probe(SERVING_FILE), container
+    )
 
 
 def gateway_container_name(gateway: GatewayPlan, generation: Mapping[str, Any]) -> str:
-    """`<gatewayContainerName>-<hash>`: the gateway container's name carries a hash of what
-    forces its replacement (`generation`: its image, command, environment, mounts, labels), so
-    the new container can start beside the old one (Docker holds each name once) and take over
-    its listening sockets before the old one stops."""
+    """`<gatewayContainerName>-<hash>` (`generation_name`)."""
+    return generation_name(gateway.container_name, generation)
+
+
+def keeper_ready_command(keeper: KeeperPlan, container: str) -> str:
+    """As `gateway_ready_command`, for the slice keeper in `container`."""
+    return service_ready_command(
+        keeper, "the slice keeper", "/health", serving_probe(SERVING_FILE), container
+    )
+
+
+def generation_name(base: str, generation: Mapping[str, Any]) -> str:
+    """`<base>-<hash>`: a container replaced by handover carries a hash of what forces its
+    replacement (`generation`: its image, command, environment, mounts, labels), so the new
+    container can start beside the old one (Docker holds each name once) and take over its
+    listening sockets before the old one stops."""
     digest = content_hash(json.dumps(generation, sort_keys=True, default=str))[:12]
-    return f"{gateway.container_name}-{digest}"
-
-
-def keeper_ready_command(keeper: KeeperPlan) -> str:
-    return service_ready_command(keeper, "the slice keeper", "/health")
+    return f"{base}-{digest}"
 
 
 def gateway_upstream(paddlex: PaddlexInstance) -> dict[str, Any]:
@@ -478,12 +502,24 @@ def gateway_config_install_command(gateway: GatewayPlan, container: str) -> str:
     return config_install_command(container, gateway.config_path)
 
 
+KEEPER_HANDOVER_DIR_IN_CONTAINER = "/run/paddleocr-fleet/handover"
+
+
+def keeper_handover_dir(keeper: KeeperPlan, stack: str) -> str:
+    """The host folder where a keeper hands its listening socket to the one that replaces it
+    (mounted at `KEEPER_HANDOVER_DIR_IN_CONTAINER` by every keeper container of the stack on
+    that host). Under /run: a unix socket outlives no reboot, nor needs to."""
+    return f"/run/paddleocr-fleet/{stack}/keeper-{keeper.port}"
+
+
 def keeper_argv(keeper: KeeperPlan) -> list[str]:
     """On its host's loopback only: its one client is the gateway beside it, and what it keeps
     is other callers' results."""
     return [
         "python", "-m", "gateway.keeper", "--config", keeper.config_path,
         "--host", "127.0.0.1", "--port", str(keeper.port),
+        "--handover", f"{KEEPER_HANDOVER_DIR_IN_CONTAINER}/keeper-{keeper.port}.sock",
+        "--serving-file", SERVING_FILE,
     ]  # fmt: skip
 
 
@@ -520,6 +556,8 @@ def gateway_argv(gateway: GatewayPlan) -> list[str]:
         str(gateway.port),
         "--handover",
         gateway_handover_path(gateway),
+        "--serving-file",
+        SERVING_FILE,
     ]
 
 
@@ -604,7 +642,7 @@ def _entry_points(plan: FleetPlan, containers: Mapping[str, str]) -> dict[str, A
             entry["keeper"] = {
                 "port": g.keeper.port,
                 "url": g.keeper.local_url,  # on the gateway host's loopback only
-                "container": g.keeper.container_name,
+                "container": containers.get(g.keeper.container_name, g.keeper.container_name),
                 "config_path": g.keeper.config_path,
             }
         return entry

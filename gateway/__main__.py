@@ -1,5 +1,5 @@
 """Run the gateway: ``python -m gateway --config PATH [--host 0.0.0.0] [--port 9101]
-[--workers N] [--handover PATH]``.
+[--workers N] [--handover PATH] [--serving-file PATH]``.
 
 The config path may also come from the ``GATEWAY_CONFIG`` environment variable. A bad config is
 a startup error (exit status 2) whose message names the key. ``--workers`` (or
@@ -8,26 +8,22 @@ may run on; with one, the gateway is a single uvicorn process, with more a super
 them and they share the per-upstream occupancy (:mod:`gateway.supervisor`). ``--handover``
 (or ``GATEWAY_HANDOVER``) is a unix socket path where a gateway replacing this one on the same
 port takes over its listening sockets, so the port never refuses a connection
-(:mod:`gateway.listeners`).
+(:mod:`gateway.listeners`); ``--serving-file`` (or ``GATEWAY_SERVING_FILE``) is written once this
+process serves, for the deployment's readiness check.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import os
 import sys
-
-import uvicorn
 
 from gateway.app import create_app
 from gateway.connections import uvicorn_options
 from gateway.hot_path import GatewayApp
-from gateway.listeners import Offer, obtain, start_offer
 from gateway.logs import configure_logging
 from gateway.memory import keep_large_buffers
-from gateway.serving import GatewayServer
+from gateway.serving import Handover, serve_on_port
 from gateway.settings import ConfigError, load_settings
 from gateway.supervisor import Supervisor, SupervisorOptions
 
@@ -77,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         help="unix socket path where the listening sockets pass from one gateway to the next "
         "(default: $GATEWAY_HANDOVER; none: no handover)",
     )
+    parser.add_argument(
+        "--serving-file",
+        default=os.environ.get("GATEWAY_SERVING_FILE") or None,
+        help="a file written once this process serves and removed when it stops (what the "
+        "deployment's readiness check reads; default: $GATEWAY_SERVING_FILE; none: none)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "info"))
     parser.add_argument("--no-access-log", action="store_true", help="disable the access log")
     args = parser.parse_args(argv)
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=workers,
             log_level=args.log_level,
             handover=args.handover,
+            serving_file=args.serving_file,
         )
         return Supervisor(options).run()
     try:
@@ -111,52 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gateway: invalid config: {exc}", file=sys.stderr)
         return 2
-    return serve_one(app, args.host, args.port, args.log_level, args.handover)
+    return serve_one(app, args)
 
 
-def serve_one(app: GatewayApp, host: str, port: int, log_level: str, handover: str | None) -> int:
-    """The gateway as one uvicorn process, on the sockets of the gateway it replaces (if one
-    answers at ``handover``) or its own; offers them to its own successor once it serves."""
-    try:
-        sockets, _ = obtain(host, port, 1, handover)
-    except OSError as exc:
-        print(f"gateway: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
-        return 3
-    offer = Offer(handover, sockets) if handover else None
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level.lower(),
-        access_log=False,
-        **uvicorn_options(app),
-    )
-    server = GatewayServer(config, on_shutdown=offer.close if offer else None)
-
-    async def serve() -> None:
-        task = asyncio.ensure_future(server.serve(sockets=sockets))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.01)
-        if server.started:
-            # uvicorn says where it listens only for sockets it bound itself
-            bound_host, bound_port = sockets[0].getsockname()[:2]
-            shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-            logging.getLogger("uvicorn.error").info(
-                "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, bound_port
-            )
-            if offer is not None:
-                start_offer(offer)
-        await task
-
-    try:
-        with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-            runner.run(serve())
-    finally:
-        if offer is not None:
-            offer.close()
-        for sock in sockets:
-            sock.close()
-    return 0 if server.started else 3
+def serve_one(app: GatewayApp, args: argparse.Namespace) -> int:
+    """The gateway as one uvicorn process (:func:`gateway.serving.serve_on_port`)."""
+    where = Handover(args.host, args.port, args.handover, args.serving_file)
+    return serve_on_port(app, where, args.log_level, access_log=False, **uvicorn_options(app))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,13 @@ hands:
 - Once it serves, it offers them in turn (:class:`Offer`): it binds a unix socket beside the
   path and renames it over the path, so the next gateway asks the newest one. The old gateway
   still serves its socket under the old, now nameless, inode until it stops.
+- An answer that breaks off (a predecessor too busy to answer within :data:`ASK_TIMEOUT_S`, a
+  path being handed to a newer gateway) is asked again for :data:`ASK_AGAIN_S` before new
+  sockets are bound: sockets of its own beside the predecessor's would lose the connections
+  waiting in the predecessor's queue when it stops.
+- The deployment learns that the new process itself serves from its serving file
+  (:class:`ServingFile`, ``--serving-file``), not from the port: during a handover the port is
+  answered by the old gateway as well, so a probe of it proves nothing about the new one.
 - Both processes then accept from the very same kernel sockets. The old one, on SIGTERM,
   stops accepting and finishes what it holds; what waits in the accept queue is taken by the
   new one, as the socket stays open in it.
@@ -25,12 +32,16 @@ N descriptors have come.
 
 Usage::
 
-    sockets, inherited = obtain("0.0.0.0", 9101, count=4, handover="/run/gw/handover-9101.sock")
+    serving = ServingFile("/run/gateway.serving")
+    sockets, inherited = obtain("0.0.0.0", 9101, count=4, handover="/run/gw/handover-9101.sock",
+                                on_wait=serving.waiting)
     ...  # serve them; once serving:
     offer = Offer("/run/gw/handover-9101.sock", sockets)
     offer.start()
+    serving.serving(inherited)
     ...  # on SIGTERM, before the graceful shutdown:
     offer.close()
+    serving.remove()
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("gateway.listeners")
@@ -50,6 +62,8 @@ log = logging.getLogger("gateway.listeners")
 REQUEST = b"LISTENERS"
 FDS_PER_PACKET = 200  # the kernel takes at most 253 descriptors in one message
 ASK_TIMEOUT_S = 5.0
+ASK_AGAIN_S = 30.0
+"""How long a handover whose answer broke off is asked again before new sockets are bound."""
 BACKLOG = 2048
 BIND_WAIT_S = 600.0
 """With a handover path and no one answering there, how long a busy port is waited for: a
@@ -81,22 +95,34 @@ def bind_sockets(host: str, port: int, count: int) -> list[socket.socket]:
 
 
 def obtain(
-    host: str, port: int, count: int, handover: str | None
+    host: str,
+    port: int,
+    count: int,
+    handover: str | None,
+    on_wait: Callable[[], None] | None = None,
 ) -> tuple[list[socket.socket], bool]:
     """The sockets to serve: those of the gateway answering at ``handover`` (True), else
     ``count`` new ones (False). Inherited sockets are all served, whatever ``count`` is: each
     may hold connections waiting to be accepted.
 
-    While the port is in use and no answer came, it asks again (an answer may have failed on a
-    busy machine, or the path was being handed to a newer gateway) and tries to bind, for up to
-    :data:`BIND_WAIT_S`: a gateway of a release without the handover holds the port until the
-    deployment stops it."""
+    An answer that broke off is asked again for up to :data:`ASK_AGAIN_S`. While the port is in
+    use and no answer came, it asks again and tries to bind for up to :data:`BIND_WAIT_S`
+    (``on_wait`` is called once, when that wait begins): a gateway of a release without the
+    handover holds the port until the deployment stops it."""
     if not handover:
         return bind_sockets(host, port, count), False
-    deadline = time.monotonic() + BIND_WAIT_S
+    started = time.monotonic()
     said = False
     while True:
-        inherited = inherit(handover, host, port)
+        try:
+            inherited = inherit(handover, host, port, strict=True)
+        except HandoverBroken as exc:
+            if time.monotonic() - started < ASK_AGAIN_S:
+                log.warning("the handover at %s broke off (%s): asking again", handover, exc)
+                time.sleep(0.5)
+                continue
+            log.warning("no socket taken over from %s (%s): binding new ones", handover, exc)
+            inherited = []
         if inherited:
             log.info(
                 "took over %d listening socket(s) on %s:%d from the gateway at %s",
@@ -109,7 +135,7 @@ def obtain(
         try:
             return bind_sockets(host, port, count), False
         except OSError as exc:
-            if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() - started >= BIND_WAIT_S:
                 raise
             if not said:
                 log.warning(
@@ -120,12 +146,21 @@ def obtain(
                     BIND_WAIT_S,
                 )
                 said = True
+                if on_wait is not None:
+                    on_wait()
             time.sleep(0.2)
 
 
-def inherit(path: str, host: str, port: int, timeout: float = ASK_TIMEOUT_S) -> list[socket.socket]:
+class HandoverBroken(OSError):
+    """The gateway at the handover path answered, but its answer broke off (asked again)."""
+
+
+def inherit(
+    path: str, host: str, port: int, timeout: float = ASK_TIMEOUT_S, strict: bool = False
+) -> list[socket.socket]:
     """The listening sockets the gateway at unix socket ``path`` hands over; empty when none
-    answers there, or when one of them is not a listening TCP socket on ``host:port``."""
+    answers there, or when one of them is not a listening TCP socket on ``host:port``.
+    ``strict``: an answer that broke off raises :class:`HandoverBroken` instead."""
     asker = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     asker.settimeout(timeout)
     received: list[socket.socket] = []
@@ -134,26 +169,34 @@ def inherit(path: str, host: str, port: int, timeout: float = ASK_TIMEOUT_S) -> 
             asker.connect(path)
         except (FileNotFoundError, ConnectionRefusedError):
             return []  # no gateway before this one (or it is gone): nothing to take over
-        asker.send(REQUEST)
-        total = None
-        while total is None or len(received) < total:
-            data, fds, flags, _ = socket.recv_fds(asker, 4096, FDS_PER_PACKET)
-            received += [socket.socket(fileno=fd) for fd in fds]
-            if not data:
-                raise OSError(f"the answer ended after {len(received)} of {total} sockets")
-            if flags & socket.MSG_CTRUNC:
-                raise OSError("the answer's descriptors were cut off")
-            total = int(json.loads(data)["total"])
+        try:
+            asker.send(REQUEST)
+            total = None
+            while total is None or len(received) < total:
+                data, fds, flags, _ = socket.recv_fds(asker, 4096, FDS_PER_PACKET)
+                received += [socket.socket(fileno=fd) for fd in fds]
+                if not data:
+                    raise OSError(f"the answer ended after {len(received)} of {total} sockets")
+                if flags & socket.MSG_CTRUNC:
+                    raise OSError("the answer's descriptors were cut off")
+                total = int(json.loads(data)["total"])
+        except (OSError, ValueError, KeyError) as exc:
+            if strict:
+                raise HandoverBroken(str(exc) or type(exc).__name__) from exc
+            raise
         problem = next((p for p in (_unfit(s, host, port) for s in received) if p), None)
         if problem:
             raise OSError(problem)
-        return received
+        received, taken = [], received
+        return taken
+    except HandoverBroken:
+        raise
     except (OSError, ValueError, KeyError) as exc:
         log.warning("no socket taken over from %s (%s): binding new ones", path, exc)
-        for sock in received:
-            sock.close()
         return []
     finally:
+        for sock in received:
+            sock.close()
         asker.close()
 
 
@@ -270,3 +313,41 @@ class Offer:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._fds = []
+
+
+class ServingFile:
+    """A file that says whether this process serves: ``{"state": "serving", "pid": ...,
+    "inherited": true}`` once it serves its sockets, ``{"state": "waiting", ...}`` while it
+    waits for a port held by a gateway that hands nothing over. It is removed when the process
+    stops serving.
+
+    The deployment's readiness check reads it inside the new container (components/render.py):
+    the port alone cannot tell the new process from the old one during a handover. ``path``
+    None: nothing is written.
+    """
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+
+    def serving(self, inherited: bool) -> None:
+        self._write({"state": "serving", "pid": os.getpid(), "inherited": inherited})
+
+    def waiting(self) -> None:
+        self._write({"state": "waiting", "pid": os.getpid()})
+
+    def remove(self) -> None:
+        if self.path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+    def _write(self, content: dict[str, object]) -> None:
+        if not self.path:
+            return
+        path = Path(self.path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staging = path.with_name(f"{path.name}.{os.getpid()}")
+            staging.write_text(json.dumps(content) + "\n")
+            os.replace(staging, path)
+        except OSError as exc:
+            log.error("cannot write the serving file %s: %s", self.path, exc)

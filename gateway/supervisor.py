@@ -48,7 +48,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.listeners import Offer, obtain, start_offer
+from gateway.listeners import Offer, ServingFile, obtain, start_offer
 from gateway.logs import name_worker_in_logs
 from gateway.occupancy import Board, Seat
 
@@ -73,6 +73,8 @@ class SupervisorOptions:
     grace_s: float = 25.0  # SIGTERM to SIGKILL (Docker's stop waits 30 s)
     handover: str | None = None
     """The unix socket path of the listening sockets' handover (:mod:`gateway.listeners`)."""
+    serving_file: str | None = None
+    """Written once a worker serves, removed at shutdown (``listeners.ServingFile``)."""
 
 
 def assign(sockets: list[socket.socket], workers: int) -> list[list[socket.socket]]:
@@ -150,6 +152,8 @@ class Supervisor:
         self.options = options
         self._workers = [_Worker() for _ in range(options.workers)]
         self._sockets: list[socket.socket] = []
+        self._inherited = False
+        self._serving = ServingFile(options.serving_file)
         self._assigned: list[list[socket.socket]] = []
         self._offer: Offer | None = None
         self._board: Board | None = None
@@ -164,7 +168,9 @@ class Supervisor:
         signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         try:
             try:
-                self._sockets, _ = obtain(opts.host, opts.port, opts.workers, opts.handover)
+                self._sockets, self._inherited = obtain(
+                    opts.host, opts.port, opts.workers, opts.handover, self._serving.waiting
+                )
             except OSError as exc:
                 log.error("cannot listen on %s:%d: %s", opts.host, opts.port, exc)
                 return STARTUP_FAILURE
@@ -225,10 +231,12 @@ class Supervisor:
     def _mark_ready(self) -> None:
         if not self._ever_ready and self._board is not None:
             self._ever_ready = any(self._board.ready(i) for i in range(len(self._workers)))
-            if self._ever_ready and self.options.handover and not self._stopping:
-                offer = Offer(self.options.handover, self._sockets)
-                if start_offer(offer):
-                    self._offer = offer
+            if self._ever_ready and not self._stopping:
+                if self.options.handover:
+                    offer = Offer(self.options.handover, self._sockets)
+                    if start_offer(offer):
+                        self._offer = offer
+                self._serving.serving(self._inherited)
 
     # ------------------------------------------------------------------ workers
     def _spawn(self, index: int) -> None:
@@ -313,6 +321,7 @@ class Supervisor:
 
     def _shutdown(self) -> None:
         """Stop the workers: SIGTERM, then SIGKILL after ``grace_s``."""
+        self._serving.remove()
         if self._offer is not None:
             self._offer.close()
             self._offer = None

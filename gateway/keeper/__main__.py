@@ -1,10 +1,15 @@
 """Run a slice keeper: ``python -m gateway.keeper (--config PATH | --upstreams URL[,URL...])
-[--host 0.0.0.0] [--port 9102] [--keep-s 600] [--max-mb 512]``.
+[--host 0.0.0.0] [--port 9102] [--keep-s 600] [--max-mb 512] [--handover PATH]
+[--serving-file PATH]``.
 
 The PaddleX instances the keeper may call are the ``upstreams`` of ``--config`` (a JSON file
 in the gateway config's format, read again when it changes: the Pulumi program installs it),
 or ``--upstreams`` (or ``KEEPER_UPSTREAMS``), comma-separated; it forwards to no other address.
 A bad argument or file is a usage error (exit 2) that names it.
+
+``--handover`` and ``--serving-file`` work as the gateway's (:mod:`gateway.serving`): a keeper
+replacing another on the same port takes over its listening socket, so the gateway's slice
+calls never meet a closed port, and the old keeper finishes the calls it holds.
 """
 
 from __future__ import annotations
@@ -14,11 +19,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import uvicorn
 from pydantic import ValidationError
 
 from gateway.keeper.server import KeeperApp, KeeperConfig, Upstreams
 from gateway.logs import configure_logging
+from gateway.serving import Handover, serve_on_port
 from gateway.settings import UpstreamSpec
 
 DEFAULT_PORT = 9102
@@ -68,6 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep-s", type=positive(float), default=600.0)
     parser.add_argument("--max-mb", type=positive(int), default=512)
+    parser.add_argument(
+        "--handover",
+        default=os.environ.get("KEEPER_HANDOVER") or None,
+        help="unix socket path where the listening socket passes to the next keeper",
+    )
+    parser.add_argument(
+        "--serving-file",
+        default=os.environ.get("KEEPER_SERVING_FILE") or None,
+        help="a file written once this process serves (the deployment's readiness check)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("KEEPER_LOG_LEVEL", "info"))
     args = parser.parse_args(argv)
     if args.config is not None:
@@ -87,17 +102,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--config PATH or --upstreams URL[,URL...] (or KEEPER_UPSTREAMS) is required")
     configure_logging(args.log_level, access_log=False)
     config = KeeperConfig(upstreams=upstreams, keep_s=args.keep_s, max_bytes=args.max_mb * 1024**2)
-    uvicorn.run(
+    where = Handover(args.host, args.port, args.handover, args.serving_file)
+    return serve_on_port(
         KeeperApp(config),
-        host=args.host,
-        port=args.port,
+        where,
+        args.log_level,
         http="httptools",
         loop="uvloop",
         log_config=None,
         access_log=False,
         timeout_keep_alive=30,
     )
-    return 0
 
 
 if __name__ == "__main__":

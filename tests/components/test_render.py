@@ -469,7 +469,39 @@ def test_rendered_scripts_are_valid_shell(seed):
     scripts += [render.container_started_command("0123abc", v.container_name) for v in plan.vllm]
     scripts += [render.gateway_ready_command(plan.gateway, plan.gateway.container_name)]
     assert plan.gateway.keeper is not None
-    scripts += [render.keeper_ready_command(plan.gateway.keeper)]
+    scripts += [render.keeper_ready_command(plan.gateway.keeper, "keeper")]
     for script in scripts:
         subprocess.run(["/bin/sh", "-n", "-c", script], check=True)
         subprocess.run(["bash", "-n", "-c", script], check=True)
+
+
+@pytest.mark.parametrize("service", ["gateway", "keeper"])
+def test_a_handed_over_service_is_ready_only_once_its_own_process_serves(
+    shell_env, tmp_path, monkeypatch, service
+):
+    """During a handover the old process answers on the port too: the readiness wait passes
+    only once the new container's serving file exists, not when the port answers."""
+    env, _, _ = shell_env
+    serving = tmp_path / "run" / "serving"
+    monkeypatch.setattr(render, "SERVING_FILE", str(serving))
+    settings, plan = _settings_on(free_port())
+    assert plan.gateway.keeper is not None
+    target = plan.gateway if service == "gateway" else plan.gateway.keeper
+    server = _Server(target.port, b'{"status": "ok"}')  # the old process, answering
+    ready = (
+        render.gateway_ready_command(plan.gateway, "new-gateway")
+        if service == "gateway"
+        else render.keeper_ready_command(plan.gateway.keeper, "new-keeper")
+    )
+    try:
+        waiting = subprocess.Popen(
+            ["/bin/sh", "-c", ready], env=env, stdout=subprocess.PIPE, text=True
+        )
+        time.sleep(2.5)
+        assert waiting.poll() is None, "ready while the new process did not serve yet"
+        serving.parent.mkdir()
+        serving.write_text('{"state": "serving"}')
+        out, _ = waiting.communicate(timeout=30)
+    finally:
+        server.close()
+    assert waiting.returncode == 0 and "ready at" in out

@@ -70,9 +70,9 @@ def test_container_names_are_the_plans(seed_stack):
     plan = build_plan(load_settings({"portFirstCard": "2"}))
     names = {r.inputs["name"] for r in seed_stack.of_type(CONTAINER)}
     expected = {v.container_name for v in plan.vllm} | {p.container_name for p in plan.paddlex}
-    (gateway,) = names - expected - {"paddleocr-fleet-gateway-keeper"}
-    assert re.fullmatch(r"paddleocr-fleet-gateway-[0-9a-f]{12}", gateway)  # its generation
-    assert names == expected | {gateway, "paddleocr-fleet-gateway-keeper"}
+    gateway, keeper = sorted(names - expected)  # each with its generation
+    assert re.fullmatch(r"paddleocr-fleet-gateway-[0-9a-f]{12}", gateway)
+    assert re.fullmatch(r"paddleocr-fleet-gateway-keeper-[0-9a-f]{12}", keeper)
     assert "vllm-ascend-paddleocr-9031-npu-0" in names and "paddle-9176-npu-0" in names
 
 
@@ -217,7 +217,7 @@ def test_gateway_config_derives_from_the_ready_paddlex_servers(seed_stack):
     # created beside the old one, which it takes the port from (components/gateway.py)
     assert gateway.ignore_changes == ["uploads"] and not gateway.delete_before_replace
     name = gateway.inputs["name"]
-    assert seed_stack.named("local-gateway-keeper").delete_before_replace
+    assert not seed_stack.named("local-gateway-keeper").delete_before_replace  # handed over too
     (upload,) = gateway.inputs["uploads"]
     config = json.loads(upload["content"])
     plan = build_plan(load_settings({"portFirstCard": "2"}))
@@ -228,10 +228,12 @@ def test_gateway_config_derives_from_the_ready_paddlex_servers(seed_stack):
     assert f"docker exec {name} python3" in seed_stack.named("local-gateway-ready").inputs["create"]
     assert install.inputs["stdin"] == upload["content"]
     assert install.inputs["triggers"][1] == render.content_hash(upload["content"])
-    assert gateway.inputs["command"][-3:] == [
+    assert gateway.inputs["command"][-5:] == [
         "9101",
         "--handover",
         "/var/lib/paddleocr-fleet/jobs/handover/gateway-9101.sock",
+        "--serving-file",
+        render.SERVING_FILE,
     ]
     # The data dependency orders the gateway after every PaddleX readiness wait.
     ready_urns = {r.urn for r in seed_stack.of_type(COMMAND) if r.name.endswith("-ready")}
@@ -246,10 +248,13 @@ def test_outputs_equal_the_plan(seed_stack):
     assert outputs["vllm_endpoints"] == plan.vllm_endpoints()
     assert outputs["gateway_url"] == "http://127.0.0.1:9101"
     gateway = seed_stack.named("local-gateway").inputs["name"]
-    names = {plan.gateway.container_name: gateway}
+    keeper = seed_stack.named("local-gateway-keeper").inputs["name"]
+    assert plan.gateway.keeper is not None
+    names = {plan.gateway.container_name: gateway, plan.gateway.keeper.container_name: keeper}
     assert outputs["topology"] == render.topology(settings, plan, "test", names)
     assert outputs["topology"]["stack"] == "test"  # fleetctl names the repair of this stack
     assert outputs["topology"]["gateway"]["container"] == gateway
+    assert outputs["topology"]["gateway"]["keeper"]["container"] == keeper
     card0 = outputs["topology"]["hosts"][0]["cards"][0]
     assert card0["vllm"][0]["container"] == "vllm-ascend-paddleocr-9031-npu-0"
     assert [p["port"] for p in card0["vllm"][1]["paddlex"]] == [9156, 9166, 9176]

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -145,6 +146,13 @@ def labelled_containers(label: str) -> dict[str, str]:
 def container_ids() -> dict[str, str]:
     """Name -> id of every container of this module's stack."""
     return labelled_containers(STACK_LABEL)
+
+
+def keeper_container(names: Iterable[str]) -> str:
+    """The name of the stack's keeper container among `names` (with its generation)."""
+    pattern = re.escape(GATEWAY_NAME) + r"-keeper-[0-9a-f]{12}"
+    (name,) = [n for n in names if re.fullmatch(pattern, n)]
+    return name
 
 
 def gateway_container() -> str:
@@ -487,9 +495,10 @@ def test_a_changed_gateway_source_rebuilds_and_replaces_only_the_gateway_and_its
     after = full_ids(list(container_ids()))
     new_gateway = gateway_container()
     assert new_gateway != old_gateway and old_gateway not in after  # a new generation
-    keeper = f"{fleet.plan.gateway.container_name}-keeper"  # it runs the gateway's image
-    assert after[keeper] != before[keeper]
-    replaced = {old_gateway, new_gateway, keeper}
+    # the keeper runs the gateway's image: a new generation of it too
+    old_keeper, new_keeper = keeper_container(before), keeper_container(after)
+    assert new_keeper != old_keeper and old_keeper not in after
+    replaced = {old_gateway, new_gateway, old_keeper, new_keeper}
     assert {n: i for n, i in after.items() if n not in replaced} == {
         n: i for n, i in before.items() if n not in replaced
     }

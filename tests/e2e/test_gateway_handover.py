@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import threading
 import time
 
+import httpx
 import pytest
 
 from bench.rollout.load import ClientLoad
@@ -33,8 +36,39 @@ def gateways(fleet: SimStack) -> dict[str, str]:
     return {
         name: cid
         for name, cid in labelled_containers(fleet.label).items()
-        if name.startswith(fleet.gateway_name + "-") and not name.endswith("-keeper")
+        if re.fullmatch(re.escape(fleet.gateway_name) + r"-[0-9a-f]{12}", name)
     }
+
+
+class HealthLoad:
+    """One client asking `url`/health on a new connection each time, until stopped."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.answered = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> HealthLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                reply = httpx.get(f"{self.url}/health", timeout=10, trust_env=False)
+                if reply.status_code == 200:
+                    self.answered += 1
+                else:
+                    self.errors.append(f"{reply.status_code} {reply.text[:100]}")
+            except httpx.TransportError as exc:
+                self.errors.append(repr(exc))
+            time.sleep(0.02)
 
 
 def full_id(name: str) -> str:
@@ -61,7 +95,12 @@ def test_a_changed_gateway_source_replaces_the_gateway_without_refusing_anything
     source = stack.project / "gateway" / "postprocess.py"
     source.write_text(source.read_text() + "\n# a change of the gateway's sources\n")
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    with ContainerEvents() as events, ClientLoad(url, clients=8, headers=headers) as load:
+    keeper_url = stack.outputs()["topology"]["gateway"]["keeper"]["url"]
+    with (
+        ContainerEvents() as events,
+        ClientLoad(url, clients=8, headers=headers) as load,
+        HealthLoad(keeper_url) as keeper_load,
+    ):
         time.sleep(2)
         before = load.total
         started = time.monotonic()
@@ -81,6 +120,10 @@ def test_a_changed_gateway_source_replaces_the_gateway_without_refusing_anything
         f"{(destroyed - created) / 1e9:.1f}s before the old one was destroyed"
     )
     assert load.errors == [], f"{len(load.errors)} errors, e.g. {load.errors[:3]}"
+    # the keeper (same image) was handed over too: its port never refused a connection
+    print(f"keeper: {keeper_load.answered} answers, {len(keeper_load.errors)} errors")
+    assert keeper_load.errors == [] and keeper_load.answered > 20, keeper_load.errors[:3]
+    assert "local-gateway-keeper" in changed(steps)
     assert set(load.statuses) == {200}, load.statuses
     assert created < destroyed, "the old gateway was deleted before the new one was created"
     # in the engine's order: the new one was created, got its config and answered /ready,

@@ -170,8 +170,8 @@ def test_each_hosts_containers_run_on_its_own_engine(fleet):
         for host in HOSTS
     }
     assert plan.gateway.keeper is not None  # beside the gateway, on its host
-    gateway = fleet.stack.outputs()["topology"]["gateway"]["container"]  # with its generation
-    expected["host-a"] |= {gateway, plan.gateway.keeper.container_name}
+    entry = fleet.stack.outputs()["topology"]["gateway"]  # names with their generation
+    expected["host-a"] |= {entry["container"], entry["keeper"]["container"]}
     assert on_a == dict.fromkeys(expected["host-a"], "host-a")
     assert on_b == dict.fromkeys(expected["host-b"], "host-b")
     running = fleet.docker("host-b", "ps", "--format", "{{.Names}}").stdout.split()
@@ -216,9 +216,8 @@ def test_host_b_start_commands_and_readiness_waits_went_through_ssh(fleet):
         assert ran(f"docker exec {name} python3 -c", f"{vllm.local_url}/v1/models") >= 1, name
     assert ran("docker system dial-stdio") >= 1, "the docker provider of host-b used no ssh"
     on_a = [i.container_name for i in (*plan.vllm, *plan.paddlex) if i.host.name == "host-a"]
-    on_a.append(fleet.stack.outputs()["topology"]["gateway"]["container"])
-    if plan.gateway.keeper is not None:
-        on_a.append(plan.gateway.keeper.container_name)
+    entry = fleet.stack.outputs()["topology"]["gateway"]
+    on_a += [entry["container"], entry["keeper"]["container"]]
     assert not [c for c in calls if any(name in c.caller.split() for name in on_a)]
     logins = host_b.accepted_logins()
     sshd_log = host_b.sshd_log.read_text()

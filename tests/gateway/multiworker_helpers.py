@@ -34,14 +34,18 @@ class GatewayProcess:
         workers: int | None = 2,
         port: int = 0,
         handover: Path | None = None,
+        serving_file: Path | None = None,
     ) -> None:
         """``workers`` None: the gateway's own default (one per core); ``handover``: the unix
-        socket path of the listening sockets' handover (``--handover``)."""
+        socket path of the listening sockets' handover (``--handover``); ``serving_file``:
+        ``--serving-file``."""
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         count = [] if workers is None else ["--workers", str(workers)]
         if handover is not None:
             count += ["--handover", str(handover)]
+        if serving_file is not None:
+            count += ["--serving-file", str(serving_file)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "--config", str(config_path), "--host",
              "127.0.0.1", "--port", str(port), *count, "--log-level", "info"],

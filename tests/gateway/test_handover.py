@@ -7,9 +7,12 @@ serves afterwards. With one worker and with two (the supervisor), and from two w
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,7 +24,7 @@ from bench.rollout.load import ClientLoad
 from gateway.listeners import Offer, bind_sockets, inherit, obtain
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import gateway_config
-from tests.gateway.multiworker_helpers import GatewayProcess
+from tests.gateway.multiworker_helpers import ROOT, GatewayProcess
 from tests.gateway.samples import pdf_bytes
 from tests.waiting import wait_for
 
@@ -270,3 +273,162 @@ def test_a_gateway_without_handover_is_waited_for(tmp_path: Path) -> None:
         with started["gw"] as gw:
             assert gw.port == port
             assert gw.client.get("/health").status_code == 200
+
+
+def test_a_handover_whose_answer_broke_off_is_asked_again(tmp_path: Path) -> None:
+    """The predecessor's first answer breaks off (as on a machine too busy to answer in time):
+    the new gateway asks again and takes the sockets over, instead of binding sockets of its
+    own beside them (whose neighbour's queue would be lost when it stops)."""
+    path = str(tmp_path / "handover.sock")
+    old = bind_sockets("127.0.0.1", 0, 1)
+    port = old[0].getsockname()[1]
+    broken = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    broken.bind(path)
+    broken.listen()
+    offer = Offer(path, old)
+
+    def break_one_answer_then_offer() -> None:
+        conn, _ = broken.accept()
+        conn.close()  # the answer ends before any socket came
+        broken.close()
+        offer.start()  # the real answer, at the same path
+
+    thread = threading.Thread(target=break_one_answer_then_offer)
+    thread.start()
+    try:
+        new, inherited = obtain("127.0.0.1", port, 1, path)
+        thread.join(10)
+        assert inherited, "bound sockets of its own after one broken answer"
+        assert new[0].getsockname()[1] == port
+        for sock in new:
+            sock.close()
+    finally:
+        offer.close()
+        for sock in old:
+            sock.close()
+
+
+def _serving(path: Path) -> dict[str, object] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_serving_file_says_which_process_serves(tmp_path: Path, workers: int) -> None:
+    """What the deployment's readiness check reads (the port cannot tell two gateways apart
+    during a handover): written by each gateway once it serves, saying whether its sockets
+    were taken over, and removed as soon as it stops serving."""
+    handover = tmp_path / "handover.sock"
+    with DoubleFleet(1) as fleet:
+        config = _config(tmp_path, fleet.urls)
+        first, second = tmp_path / "a" / "serving", tmp_path / "b" / "serving"
+        with GatewayProcess(
+            config, tmp_path / "a.log", workers=workers, handover=handover, serving_file=first
+        ) as a:
+            assert wait_for(lambda: _serving(first) is not None)
+            assert _serving(first) == {"state": "serving", "pid": a.proc.pid, "inherited": False}
+            with GatewayProcess(
+                config, tmp_path / "b.log", workers=workers, port=a.port, handover=handover,
+                serving_file=second,
+            ) as b:  # fmt: skip
+                assert wait_for(lambda: _serving(second) is not None)
+                assert _serving(second) == {
+                    "state": "serving", "pid": b.proc.pid, "inherited": True,
+                }  # fmt: skip
+                a.terminate()
+                assert not first.exists()
+                assert b.client.get("/health").status_code == 200
+            assert not second.exists()
+
+
+class KeeperProcess:
+    """``python -m gateway.keeper`` on a loopback port, with a handover path."""
+
+    def __init__(self, upstream: str, port: int, handover: Path, log: Path, serving: Path):
+        self.serving = serving
+        self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway.keeper", "--upstreams", upstream, "--host",
+             "127.0.0.1", "--port", str(port), "--handover", str(handover),
+             "--serving-file", str(serving)],
+            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        assert wait_for(lambda: serving.exists() or self.proc.poll() is not None, timeout=30)
+        assert self.proc.poll() is None, log.read_text()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+        self._log.close()
+
+
+def test_a_replaced_keeper_refuses_no_slice(tmp_path: Path) -> None:
+    """Keeper B starts on keeper A's port with the same handover path and takes its listening
+    socket; A gets SIGTERM with a slow slice in flight. Slice calls sent all along are all
+    answered 200, the slow one included: none meets a refused or reset connection."""
+    handover = tmp_path / "keeper-handover.sock"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with DoubleFleet(1, service_time_s=0.02) as fleet:
+        slow_started = threading.Event()
+
+        def service_time(pages: int) -> float:
+            if pages == SLOW_PAGES:
+                slow_started.set()
+                return SLOW_S
+            return 0.02
+
+        fleet[0].knobs.service_time_fn = service_time
+        upstream = fleet.urls[0]
+        a = KeeperProcess(upstream, port, handover, tmp_path / "a.log", tmp_path / "a.serving")
+        b: KeeperProcess | None = None
+        errors: list[str] = []
+        statuses: list[int] = []
+        stop = threading.Event()
+
+        def post(key: str, pages: int) -> None:
+            headers = {"Idempotency-Key": key, "X-Keeper-Upstream": upstream}
+            body = {"file": base64.b64encode(pdf_bytes(pages)).decode(), "fileType": 0}
+            try:
+                reply = httpx.post(
+                    url + "/layout-parsing", json=body, headers=headers, timeout=60,
+                    trust_env=False,
+                )  # fmt: skip
+                statuses.append(reply.status_code)
+            except httpx.TransportError as exc:
+                errors.append(f"{key}: {exc!r}")
+
+        def client(index: int) -> None:
+            sent = 0
+            while not stop.is_set():
+                post(f"load-{index}-{sent}", 1)
+                sent += 1
+
+        clients = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+        try:
+            for thread in clients:
+                thread.start()
+            slow = threading.Thread(target=post, args=("slow", SLOW_PAGES))
+            slow.start()
+            assert slow_started.wait(30)
+            b = KeeperProcess(upstream, port, handover, tmp_path / "b.log", tmp_path / "b.serving")
+            assert json.loads(b.serving.read_text())["inherited"] is True
+            a.stop()  # returns once A has finished the slow slice and exited
+            time.sleep(1.0)
+            stop.set()
+            slow.join(60)
+            for thread in clients:
+                thread.join(60)
+        finally:
+            stop.set()
+            a.stop()
+            if b is not None:
+                b.stop()
+    assert errors == [], errors[:3]
+    assert statuses and set(statuses) == {200}, sorted(set(statuses))
+    assert len(statuses) > 20
