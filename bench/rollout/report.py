@@ -56,7 +56,7 @@ def build_report(results: dict[str, Any]) -> Report:
         f" {m.get('note', '')}".rstrip()
     )
     for command in m.get("merged", []):
-        intro += f" Measured again and merged in: `{command.split(' (')[0]}`."
+        intro += f" Measured again and merged in: `{command.rsplit(' (', 1)[0]}`."
     table = Table(
         "Clients during each change (capacity: PaddleX instances serving, sampled from "
         "`/upstreams`)",
