@@ -46,7 +46,6 @@ from bench.loadgen import (
 )
 from bench.minihttp import ClientError, MiniClient
 from bench.procs import (
-    CpuMeter,
     FleetProc,
     gateway_config,
     gateway_import_error,
@@ -55,6 +54,7 @@ from bench.procs import (
     start_gateway,
     tmpdir,
 )
+from bench.procstat import CpuMeter
 from bench.report import build_report, fmt_percentile, print_console
 from bench.workload import FleetSpec, make_workload, png_b64
 

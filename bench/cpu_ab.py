@@ -185,7 +185,7 @@ def worker_pids(gateway_pid: int, workers: int) -> list[int]:
     (the supervisor only waits)."""
     if workers == 1:
         return [gateway_pid]
-    found = sorted(st.pid for st in tree(gateway_pid) if st.ppid == gateway_pid)
+    found = sorted(p.pid for p in tree(gateway_pid) if p.ppid() == gateway_pid)
     if len(found) != workers:
         raise SystemExit(f"gateway {gateway_pid}: {len(found)} worker processes, not {workers}")
     return found

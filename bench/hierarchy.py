@@ -58,7 +58,6 @@ from bench.ideal import simulate_ideal
 from bench.loadgen import Sample, gateway_sender, ocr_bodies, run_open_loop, summarize
 from bench.minihttp import MiniClient
 from bench.procs import (
-    CpuMeter,
     FleetProc,
     GatewayProc,
     free_port,
@@ -68,6 +67,7 @@ from bench.procs import (
     stop_process,
     tmpdir,
 )
+from bench.procstat import CpuMeter
 from bench.report import Report, Table, fmt_percentile, print_console, render_markdown
 from bench.workload import Workload, make_workload
 from components.haproxy import HEALTH_URI, Backend, HaproxySpec, render_haproxy

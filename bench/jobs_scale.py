@@ -53,16 +53,15 @@ from bench.jobs_scale_report import markdown, plot, summarize, targets
 from bench.jobs_scenarios import ADMIN_TOKEN, Profile, capacities, sha
 from bench.procs import (
     REPO,
-    CpuMeter,
     GatewayProc,
     KeeperProc,
-    _tree,
     snapshot_gateway,
     start_fleet,
     start_gateway,
     start_keeper,
     tmpdir,
 )
+from bench.procstat import CpuMeter, rss_bytes
 from bench.workload import FleetSpec
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -117,20 +116,6 @@ def gateway_config(prof: ScaleProfile, fleet: Any, jobs_dir: Path, keeper: Keepe
     }
     cfg["jobs"] = {**cfg["jobs"], "max_disk_bytes": 50 * 2**30}
     return cfg
-
-
-def rss_bytes(pid: int) -> int:
-    """Resident memory of a process and its descendants (the gateway's workers, PDF readers)."""
-    total = 0
-    for p in _tree(pid):
-        try:
-            with open(f"/proc/{p}/status") as handle:
-                for line in handle:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-        except OSError:
-            pass
-    return total
 
 
 def disk_bytes(root: Path) -> int:

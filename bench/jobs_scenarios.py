@@ -42,7 +42,8 @@ from bench.jobs_docs import (
     twice_by_first_parse,
 )
 from bench.loadgen import Outcome, run_open_loop, summarize
-from bench.procs import CpuMeter, FleetProc, GatewayProc, KeeperProc
+from bench.procs import FleetProc, GatewayProc, KeeperProc
+from bench.procstat import CpuMeter
 from bench.workload import FleetSpec, Request, make_workload
 
 TOKENS = {"tenant-a": "bench-jobs-token-a", "tenant-b": "bench-jobs-token-b"}
