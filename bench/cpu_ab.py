@@ -52,6 +52,7 @@ from bench.proxies import (
     start_gateway,
 )
 from bench.proxy_cpu import SIZES, bodies, document
+from bench.report import Table
 from bench.workload import FleetSpec
 from bench.wrk import parse_output, write_script, wrk_command
 
@@ -237,7 +238,7 @@ def report(
         head += [f"`{n}` / `{names[0]}`: {what}" for what in ("ms", "answers/s", "per core")]
         if workers:
             head.append(f"`{n}` / `{names[0]}`: bound")
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    table = Table("A/B", tuple(head), ("left",) * len(head))
     for cell in cells:
         runs = cell["rounds"]
         ms = {n: _median(runs[n], "ms") for n in names}
@@ -262,8 +263,8 @@ def report(
             row += [f"{ms[n] / ms[first]:.2f}", f"**{rps[n] / rps[first]:.2f}**", f"{per_core:.2f}"]
             if workers:
                 row.append(f"{bound[n] / bound[first]:.2f}")
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        table.add(*row)
+    return table.markdown()
 
 
 def _list(kind):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.report import Table
+
 
 def targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each measured scenario's target: the measured value, the bound and whether it holds."""
@@ -68,44 +70,53 @@ def markdown(result: dict[str, Any]) -> str:
         f" (every instance busy on {result['profile']['max_slice_pages']}-page slices; the"
         f" per-page ceiling is {cap['page_ceiling_per_s']:.0f} pages/s).",
         "",
-        "| # | target | measured | bound | |",
-        "|---|---|---|---|---|",
     ]
+    table = Table("targets", ("#", "target", "measured", "bound", "ok"), ("left",) * 5)
     if "idle" in s:
-        i = s["idle"]
-        lines.append(
-            f"| 1 | 100-page job on the idle fleet, latency vs one instance parsing it whole"
-            f" | {i['fanout_latency_s']:.3f} s / {i['whole_latency_s']:.3f} s = {i['ratio']:.3f}"
-            f" | {t['idle_latency_ratio']['bound']} | {_ok(t['idle_latency_ratio']['ok'])} |"
+        i, target = s["idle"], t["idle_latency_ratio"]
+        table.add(
+            "1",
+            "100-page job on the idle fleet, latency vs one instance parsing it whole",
+            f"{i['fanout_latency_s']:.3f} s / {i['whole_latency_s']:.3f} s = {i['ratio']:.3f}",
+            str(target["bound"]),
+            _ok(target["ok"]),
         )
     if "mixed" in s:
-        m = s["mixed"]
+        m, target = s["mixed"], t["one_page_p99_ratio"]
         a, b = m["alone"]["one_page"], m["with_jobs"]["one_page"]
-        lines.append(
-            f"| 2 | one-page p99 with 100-page jobs vs alone | {b['p99']:.3f} s / {a['p99']:.3f} s"
-            f" = {m['ratio']:.3f} | {t['one_page_p99_ratio']['bound']}"
-            f" | {_ok(t['one_page_p99_ratio']['ok'])} |"
+        table.add(
+            "2",
+            "one-page p99 with 100-page jobs vs alone",
+            f"{b['p99']:.3f} s / {a['p99']:.3f} s = {m['ratio']:.3f}",
+            str(target["bound"]),
+            _ok(target["ok"]),
         )
     if "saturation" in s:
-        u = s["saturation"]
-        lines.append(
-            f"| 3 | pages/s with jobs alone vs capacity | {u['steady_pages_per_s']:.1f} /"
-            f" {cap['pages_per_s']:.1f} = {u['ratio']:.3f}"
-            f" | {t['saturation_pages_ratio']['bound']}"
-            f" | {_ok(t['saturation_pages_ratio']['ok'])} |"
+        u, target = s["saturation"], t["saturation_pages_ratio"]
+        table.add(
+            "3",
+            "pages/s with jobs alone vs capacity",
+            f"{u['steady_pages_per_s']:.1f} / {cap['pages_per_s']:.1f} = {u['ratio']:.3f}",
+            str(target["bound"]),
+            _ok(target["ok"]),
         )
     if "kill" in s:
-        k = s["kill"]
-        lines.append(
-            f"| 4 | `kill -9` while {k['jobs']} jobs run: jobs done whole and in order"
-            f" | {t['kill_all_whole_in_order']['value']} | all"
-            f" | {_ok(t['kill_all_whole_in_order']['ok'])} |"
+        k, whole, twice = s["kill"], t["kill_all_whole_in_order"], t["kill_parsed_twice_pages"]
+        table.add(
+            "4",
+            f"`kill -9` while {k['jobs']} jobs run: jobs done whole and in order",
+            str(whole["value"]),
+            "all",
+            _ok(whole["ok"]),
         )
-        lines.append(
-            f"| 4 | pages parsed twice (bound: the largest slice of each job, summed)"
-            f" | {k['parsed_twice_pages']} | {t['kill_parsed_twice_pages']['bound']}"
-            f" | {_ok(t['kill_parsed_twice_pages']['ok'])} |"
+        table.add(
+            "4",
+            "pages parsed twice (bound: the largest slice of each job, summed)",
+            str(k["parsed_twice_pages"]),
+            str(twice["bound"]),
+            _ok(twice["ok"]),
         )
+    lines.append(table.markdown())
     lines.append("")
     if "idle" in s:
         i = s["idle"]
