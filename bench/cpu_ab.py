@@ -41,7 +41,7 @@ from pathlib import Path
 
 from bench.cpu_cell import ROUTES
 from bench.cpucap import MIN_CORES, CpuCapError, CpuCaps, machine_cores
-from bench.fleet import healthy, layout_answer, restructure_answer
+from bench.fleet import layout_answer
 from bench.procs import gateway_config, snapshot_gateway, start_fleet
 from bench.procstat import MachineMeter, TreeMeter, tree
 from bench.proxies import (
@@ -55,6 +55,7 @@ from bench.proxy_cpu import SIZES, bodies, document
 from bench.report import Table
 from bench.workload import FleetSpec
 from bench.wrk import parse_output, write_script, wrk_command
+from doubles.paddlex import healthy, restructure_result, success
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def canned_answers() -> dict[str, dict]:
     pages = [{**p, "markdownImages": {}} for p in layout["result"]["layoutParsingResults"]]
     return {
         "/layout-parsing": layout,
-        "/restructure-pages": restructure_answer(pages, True, "bench"),
+        "/restructure-pages": success(restructure_result(pages, True), "bench"),
         "/health": healthy("bench"),
     }
 

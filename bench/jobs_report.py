@@ -72,49 +72,51 @@ def markdown(result: dict[str, Any]) -> str:
         "",
     ]
     table = Table("targets", ("#", "target", "measured", "bound", "ok"), ("left",) * 5)
+
+    def row(number: str, what: str, measured: str, key: str, bound: Any = None) -> None:
+        target = t[key]
+        bound = target["bound"] if bound is None else bound
+        table.add(number, what, measured, str(bound), _ok(target["ok"]))
+
     if "idle" in s:
-        i, target = s["idle"], t["idle_latency_ratio"]
-        table.add(
+        i = s["idle"]
+        row(
             "1",
             "100-page job on the idle fleet, latency vs one instance parsing it whole",
             f"{i['fanout_latency_s']:.3f} s / {i['whole_latency_s']:.3f} s = {i['ratio']:.3f}",
-            str(target["bound"]),
-            _ok(target["ok"]),
+            "idle_latency_ratio",
         )
     if "mixed" in s:
-        m, target = s["mixed"], t["one_page_p99_ratio"]
+        m = s["mixed"]
         a, b = m["alone"]["one_page"], m["with_jobs"]["one_page"]
-        table.add(
+        row(
             "2",
             "one-page p99 with 100-page jobs vs alone",
             f"{b['p99']:.3f} s / {a['p99']:.3f} s = {m['ratio']:.3f}",
-            str(target["bound"]),
-            _ok(target["ok"]),
+            "one_page_p99_ratio",
         )
     if "saturation" in s:
-        u, target = s["saturation"], t["saturation_pages_ratio"]
-        table.add(
+        u = s["saturation"]
+        row(
             "3",
             "pages/s with jobs alone vs capacity",
             f"{u['steady_pages_per_s']:.1f} / {cap['pages_per_s']:.1f} = {u['ratio']:.3f}",
-            str(target["bound"]),
-            _ok(target["ok"]),
+            "saturation_pages_ratio",
         )
     if "kill" in s:
-        k, whole, twice = s["kill"], t["kill_all_whole_in_order"], t["kill_parsed_twice_pages"]
-        table.add(
+        k = s["kill"]
+        row(
             "4",
             f"`kill -9` while {k['jobs']} jobs run: jobs done whole and in order",
-            str(whole["value"]),
+            str(t["kill_all_whole_in_order"]["value"]),
+            "kill_all_whole_in_order",
             "all",
-            _ok(whole["ok"]),
         )
-        table.add(
+        row(
             "4",
             "pages parsed twice (bound: the largest slice of each job, summed)",
             str(k["parsed_twice_pages"]),
-            str(twice["bound"]),
-            _ok(twice["ok"]),
+            "kill_parsed_twice_pages",
         )
     lines.append(table.markdown())
     lines.append("")
