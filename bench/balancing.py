@@ -33,6 +33,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import httpx
+
 from bench.ideal import LiveIdeal, simulate_ideal
 from bench.loadgen import (
     Outcome,
@@ -46,7 +48,6 @@ from bench.loadgen import (
 )
 from bench.minihttp import ClientError, MiniClient
 from bench.procs import (
-    CpuMeter,
     FleetProc,
     gateway_config,
     gateway_import_error,
@@ -55,6 +56,7 @@ from bench.procs import (
     start_gateway,
     tmpdir,
 )
+from bench.procstat import CpuMeter
 from bench.report import build_report, fmt_percentile, print_console
 from bench.workload import FleetSpec, make_workload, png_b64
 
@@ -240,16 +242,14 @@ async def measured(run, prof: Profile, what: str):
 
 async def gateway_view(port: int) -> dict:
     """What the gateway's ``GET /upstreams`` says after a run, summed over upstreams."""
-    c = MiniClient("127.0.0.1", port)
     try:
-        st, _, data = await asyncio.wait_for(c.request("GET", "/upstreams"), 5)
-        if st != 200:
-            return {"status": st}
-        body = json.loads(data)
-    except (OSError, ClientError, TimeoutError, ValueError) as exc:
+        async with httpx.AsyncClient(trust_env=False, timeout=5) as c:
+            answer = await c.get(f"http://127.0.0.1:{port}/upstreams")
+        if answer.status_code != 200:
+            return {"status": answer.status_code}
+        body = answer.json()
+    except (httpx.HTTPError, ValueError) as exc:
         return {"error": repr(exc)[:200]}
-    finally:
-        await c.close()
     view = {k: v for k, v in body.items() if not isinstance(v, (list, dict))}
     outcomes: dict[str, int] = {}
     states: dict[str, int] = {}

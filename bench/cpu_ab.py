@@ -41,7 +41,7 @@ from pathlib import Path
 
 from bench.cpu_cell import ROUTES
 from bench.cpucap import MIN_CORES, CpuCapError, CpuCaps, machine_cores
-from bench.fleet import healthy, layout_answer, restructure_answer
+from bench.fleet import layout_answer
 from bench.procs import gateway_config, snapshot_gateway, start_fleet
 from bench.procstat import MachineMeter, TreeMeter, tree
 from bench.proxies import (
@@ -52,8 +52,10 @@ from bench.proxies import (
     start_gateway,
 )
 from bench.proxy_cpu import SIZES, bodies, document
+from bench.report import Table
 from bench.workload import FleetSpec
 from bench.wrk import parse_output, write_script, wrk_command
+from doubles.paddlex import healthy, restructure_result, success
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def canned_answers() -> dict[str, dict]:
     pages = [{**p, "markdownImages": {}} for p in layout["result"]["layoutParsingResults"]]
     return {
         "/layout-parsing": layout,
-        "/restructure-pages": restructure_answer(pages, True, "bench"),
+        "/restructure-pages": success(restructure_result(pages, True), "bench"),
         "/health": healthy("bench"),
     }
 
@@ -185,7 +187,7 @@ def worker_pids(gateway_pid: int, workers: int) -> list[int]:
     (the supervisor only waits)."""
     if workers == 1:
         return [gateway_pid]
-    found = sorted(st.pid for st in tree(gateway_pid) if st.ppid == gateway_pid)
+    found = sorted(p.pid for p in tree(gateway_pid) if p.ppid() == gateway_pid)
     if len(found) != workers:
         raise SystemExit(f"gateway {gateway_pid}: {len(found)} worker processes, not {workers}")
     return found
@@ -237,7 +239,7 @@ def report(
         head += [f"`{n}` / `{names[0]}`: {what}" for what in ("ms", "answers/s", "per core")]
         if workers:
             head.append(f"`{n}` / `{names[0]}`: bound")
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    table = Table("A/B", tuple(head), ("left",) * len(head))
     for cell in cells:
         runs = cell["rounds"]
         ms = {n: _median(runs[n], "ms") for n in names}
@@ -262,8 +264,8 @@ def report(
             row += [f"{ms[n] / ms[first]:.2f}", f"**{rps[n] / rps[first]:.2f}**", f"{per_core:.2f}"]
             if workers:
                 row.append(f"{bound[n] / bound[first]:.2f}")
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        table.add(*row)
+    return table.markdown()
 
 
 def _list(kind):

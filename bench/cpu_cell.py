@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import resource
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.procstat import TreeMeter, machine_busy, tree_cpu_s, tree_times
+from bench.procstat import TreeMeter, busy_cores, machine_busy, tree_cpu_s, tree_times
 from bench.proxies import post_json
 from bench.wrk import WrkRun
 
@@ -130,7 +129,7 @@ class Sample:
     proxy_cpu_s: float
     proxy_sys_s: float
     fleet_cpu_s: float
-    machine: tuple[int, int]
+    machine: tuple[float, float]
 
 
 def sample(admin: int, proxy_pid: int | None, fleet_pid: int) -> Sample:
@@ -223,8 +222,7 @@ def measure_window(
         settle(TreeMeter(ep.meter_pid))
     dt_s = b.t - a.t
     proxy_cpu, fleet_cpu = b.proxy_cpu_s - a.proxy_cpu_s, b.fleet_cpu_s - a.fleet_cpu_s
-    busy = (b.machine[0] - a.machine[0]) / max(1, b.machine[1] - a.machine[1])
-    machine_cores = busy * (os.cpu_count() or 1)
+    machine_cores = busy_cores(a.machine, b.machine)
     wrk_cores = wrk_cpu / max(1e-6, time.monotonic() - t0)
     other = machine_cores - (proxy_cpu + fleet_cpu) / dt_s - wrk_cores
     return {

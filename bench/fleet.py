@@ -1,20 +1,20 @@
 """A fast, protocol-correct simulated PaddleX fleet in one asyncio process.
 
-Each instance behaves like ``paddlex --serve`` for what the gateway reads
-(``docs/paddlex-protocol.md`` section 1):
+Each instance behaves like ``paddlex --serve`` for what the gateway reads, its answers built by
+:mod:`doubles.paddlex` (the protocol the tests' PaddleX double speaks too):
 
 - ``POST /layout-parsing`` runs ONE inference at a time; the rest wait in an unbounded FIFO with no
   deadline.  The service time of an image is the document's *work* (read from the PNG, see
   ``workload.py``) times the instance's mean service time (slow instances have a 3-5x mean).  A
-  PDF (``fileType`` 0) costs ``request_s + pages * page_s`` times the instance's slowness factor
-  (pages counted with pikepdf) and answers one result per page, each ``prunedResult``
-  ``width``/``height`` being twice its MediaBox (PaddleX renders at scale 2), so a benchmark
-  can tell which page of which document came back.  Every parse that ran to its end (even for a
-  caller that went away, as PaddleX does) is logged: ``{"instance", "logId", "pages":
-  [[width, height], ...], "start", "end"}`` (wall clock), read with ``/_admin/log``.
+  PDF (``fileType`` 0) costs ``request_s + pages * page_s`` times the instance's slowness
+  factor (pages read with PDFium, as PaddleX reads them) and answers one result per page, each
+  ``prunedResult`` ``width``/``height`` being twice its MediaBox (PaddleX renders at scale 2),
+  so a benchmark can tell which page of which document came back.  Every parse that ran to its
+  end (even for a caller that went away, as PaddleX does) is logged: ``{"instance", "logId",
+  "pages": [[width, height], ...], "start", "end"}`` (wall clock), read with ``/_admin/log``.
 - ``POST /restructure-pages`` and ``GET /health`` are cheap and do not wait in that queue.
-- Envelope ``{"logId","result":{...},"errorCode":0,"errorMsg":"Success"}``; errors
-  ``{"logId","errorCode":<status>,"errorMsg":...}``; 422 for base64 input without ``fileType``.
+- 422 for base64 input without ``fileType``. An image's answer has 8 x 8 pages (the PNG is not
+  decoded: this process serves 48 instances on a core it shares with the gateway).
 
 Fault injection (admin port): ``refuse`` closes the listening socket and resets every open
 connection (a crashed process: connections are refused); ``hang`` keeps accepting but never
@@ -33,7 +33,6 @@ import argparse
 import asyncio
 import base64
 import binascii
-import io
 import json
 import os
 import random
@@ -45,71 +44,23 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import pikepdf
-
 from bench.minihttp import DropConnection, HttpRequest, HttpResponse, MiniServer
 from bench.workload import FleetSpec, InstanceSpec, parse_work
+from doubles import paddlex as protocol
 
 
 def _err(status: int, msg: str) -> HttpResponse:
-    return HttpResponse.json(
-        status, {"logId": str(uuid.uuid4()), "errorCode": status, "errorMsg": msg}
-    )
-
-
-def healthy(log_id: str) -> dict[str, Any]:
-    """PaddleX's ``/health`` answer."""
-    return {"logId": log_id, "errorCode": 0, "errorMsg": "Healthy"}
-
-
-def success(result: dict[str, Any], log_id: str) -> dict[str, Any]:
-    """PaddleX's success envelope around ``result``."""
-    return {"logId": log_id, "result": result, "errorCode": 0, "errorMsg": "Success"}
-
-
-def page_result(
-    text: str, width: int, height: int, page_count: int | None, page_index: int | None = None
-) -> dict[str, Any]:
-    """One ``layoutParsingResults`` item: a page holding one text block (a PDF's: its index)."""
-    block = {"block_label": "text", "block_content": text, "block_bbox": [0, 0, width, height]}
-    block.update(block_id=0, block_order=1, group_id=0)
-    pruned: dict[str, Any] = {} if page_index is None else {"page_index": page_index}
-    pruned.update(page_count=page_count, width=width, height=height)
-    pruned["model_settings"] = {"use_doc_preprocessor": False, "use_layout_detection": True}
-    pruned["parsing_res_list"] = [block]
-    return {"prunedResult": pruned, "markdown": {"text": text, "images": {}}}
+    return HttpResponse.json(status, protocol.error(status, msg))
 
 
 def layout_answer(text: str, n_pages: int, file_type: int | None, log_id: str) -> dict[str, Any]:
     """A ``/layout-parsing`` success envelope: ``n_pages`` 8 x 8 pages of one text block each."""
-    count = n_pages if file_type == 0 else None
-    results = [page_result(f"{text} page {p}", 8, 8, count) for p in range(n_pages)]
-    if file_type == 0:
-        data_info = {"numPages": n_pages, "pages": [{"width": 8, "height": 8}] * n_pages}
-        data_info["type"] = "pdf"
-    else:
-        data_info = {"width": 8, "height": 8, "type": "image"}
-    return success({"layoutParsingResults": results, "dataInfo": data_info}, log_id)
-
-
-def restructure_answer(pages: list[dict[str, Any]], concatenate: bool, log_id: str) -> dict:
-    """A ``/restructure-pages`` success envelope: each page's blocks joined as its markdown."""
-    texts, results, images = [], [], {}
-    for page in pages:
-        pr = page.get("prunedResult") or {}
-        blocks = pr.get("parsing_res_list") or []
-        text = "\n\n".join(str(b.get("block_content", "")) for b in blocks)
-        texts.append(text)
-        mi = page.get("markdownImages")
-        if concatenate:
-            images.update(mi or {})
-        results.append({"prunedResult": pr, "markdown": {"text": text, "images": mi or {}}})
-    if concatenate:
-        first = results[0]["prunedResult"] if results else {}
-        results = [
-            {"prunedResult": first, "markdown": {"text": "\n\n".join(texts), "images": images}}
-        ]
-    return success({"layoutParsingResults": results}, log_id)
+    pdf = file_type == 0
+    pages = [
+        protocol.page_result([f"{text} page {p}"], (8, 8), (p, n_pages) if pdf else None)
+        for p in range(n_pages)
+    ]
+    return protocol.success(protocol.layout_result(pages, [(8, 8)] * n_pages, pdf), log_id)
 
 
 class Aborted(DropConnection):
@@ -124,19 +75,10 @@ class Job:
 
 
 def pdf_page_sizes(raw: bytes) -> list[tuple[int, int]] | None:
-    """Rendered (width, height) of each page of a PDF (twice the MediaBox), None if unreadable.
-
-    >>> pdf_page_sizes(b"not a pdf") is None
-    True
-    """
+    """Rendered (width, height) of each page of a PDF, None if PDFium cannot read it."""
     try:
-        with pikepdf.open(io.BytesIO(raw)) as pdf:
-            sizes = []
-            for page in pdf.pages:
-                box = [float(v) for v in page.mediabox]
-                sizes.append((round(2 * (box[2] - box[0])), round(2 * (box[3] - box[1]))))
-            return sizes
-    except (pikepdf.PdfError, ValueError, TypeError, IndexError):
+        return protocol.pdf_page_sizes(raw)
+    except Exception:
         return None
 
 
@@ -242,7 +184,7 @@ class Instance:
         if path == "/health":
             if req.method != "GET":
                 return _err(405, "Method Not Allowed")
-            return HttpResponse.json(200, healthy(str(uuid.uuid4())))
+            return HttpResponse.json(200, protocol.healthy())
         if path == "/layout-parsing":
             if req.method != "POST":
                 return _err(405, "Method Not Allowed")
@@ -317,11 +259,12 @@ class Instance:
         if self.state == "hang":
             return await self._hang()
         n = len(sizes)
-        results = [page_result(f"page {w}x{h}", w, h, n, i) for i, (w, h) in enumerate(sizes)]
-        pages = [{"width": w, "height": h} for w, h in sizes]
-        data_info = {"numPages": n, "pages": pages, "type": "pdf"}
+        pages = [
+            protocol.page_result([f"page {w}x{h}"], (w, h), (i, n))
+            for i, (w, h) in enumerate(sizes)
+        ]
         return HttpResponse.json(
-            200, success({"layoutParsingResults": results, "dataInfo": data_info}, log_id)
+            200, protocol.success(protocol.layout_result(pages, sizes, pdf=True), log_id)
         )
 
     def _restructure(self, req: HttpRequest) -> HttpResponse:
@@ -330,13 +273,15 @@ class Instance:
         except ValueError:
             return _err(422, "[]")
         pages = body.get("pages") if isinstance(body, dict) else None
-        if not isinstance(pages, list):
+        if not isinstance(pages, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("prunedResult"), dict) for p in pages
+        ):
             return _err(422, json.dumps([{"type": "missing", "loc": ["body", "pages"]}]))
-        concatenate = bool(body.get("concatenatePages"))
-        if concatenate and any(p.get("markdownImages") is None for p in pages):
-            return _err(500, "Internal server error")  # the real server's dict.update(None)
-        log_id = body.get("logId") or str(uuid.uuid4())
-        return HttpResponse.json(200, restructure_answer(pages, concatenate, log_id))
+        try:
+            result = protocol.restructure_result(pages, bool(body.get("concatenatePages")))
+        except TypeError:  # the real server's dict.update(None)
+            return _err(500, "Internal server error")
+        return HttpResponse.json(200, protocol.success(result, body.get("logId")))
 
     def stats(self) -> dict:
         return {

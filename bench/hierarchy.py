@@ -58,7 +58,6 @@ from bench.ideal import simulate_ideal
 from bench.loadgen import Sample, gateway_sender, ocr_bodies, run_open_loop, summarize
 from bench.minihttp import MiniClient
 from bench.procs import (
-    CpuMeter,
     FleetProc,
     GatewayProc,
     free_port,
@@ -67,7 +66,9 @@ from bench.procs import (
     start_gateway,
     stop_process,
     tmpdir,
+    wait_healthy,
 )
+from bench.procstat import CpuMeter
 from bench.report import Report, Table, fmt_percentile, print_console, render_markdown
 from bench.workload import Workload, make_workload
 from components.haproxy import HEALTH_URI, Backend, HaproxySpec, render_haproxy
@@ -173,19 +174,11 @@ async def start_haproxy(spec: HaproxySpec, workdir: Path, tag: str) -> HaproxyPr
             stderr=subprocess.STDOUT,
         )
     hp = HaproxyProc(proc, spec.port, log_path)
-    client = MiniClient("127.0.0.1", spec.port)
-    deadline = time.monotonic() + 20
     try:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"haproxy exited {proc.returncode}: {log_path.read_text()}")
-            with contextlib.suppress(OSError, Exception):
-                status, _, _ = await client.request("GET", HEALTH_URI)
-                if status == 200:
-                    return hp
-            await asyncio.sleep(0.1)
-    finally:
-        await client.close()
+        if await wait_healthy(f"http://127.0.0.1:{spec.port}{HEALTH_URI}", proc, 20, "haproxy"):
+            return hp
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}: {log_path.read_text()}") from None
     hp.stop()
     raise RuntimeError(f"haproxy not healthy after 20 s: {log_path.read_text()[-2000:]}")
 

@@ -19,7 +19,8 @@ import time
 
 import httpx
 
-from bench.procs import cpu_seconds, start_fleet
+from bench.procs import start_fleet
+from bench.procstat import cpu_s
 from bench.workload import FleetSpec, png_b64
 
 
@@ -43,9 +44,9 @@ async def measure(layout: str, urls: list[str], concurrency: int, seconds: float
             r.raise_for_status()
             done += 1
 
-    c0, t0 = cpu_seconds(os.getpid(), tree=False), time.monotonic()
+    c0, t0 = cpu_s(os.getpid()), time.monotonic()
     await asyncio.gather(*(worker(k) for k in range(concurrency)))
-    dt, cpu = time.monotonic() - t0, cpu_seconds(os.getpid(), tree=False) - c0
+    dt, cpu = time.monotonic() - t0, cpu_s(os.getpid()) - c0
     for c in set(clients):
         await c.aclose()
     return {

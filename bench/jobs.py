@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -34,7 +35,8 @@ import platform
 import shutil
 import signal
 import sys
-from dataclasses import asdict, replace
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +110,76 @@ def config(
     return cfg
 
 
+@dataclass
+class Stack:
+    """The processes of one run: the fleet, the keeper (if any) and every gateway started."""
+
+    workdir: Path
+    src: Path
+    fleet: FleetProc
+    keeper: KeeperProc | None = None
+    gateways: list[GatewayProc] = field(default_factory=list)
+
+    async def start_gateway(self, cfg: dict[str, Any], name: str, **kw: Any) -> GatewayProc:
+        gateway = await start_gateway(cfg, self.workdir, name, src=self.src, **kw)
+        self.gateways.append(gateway)
+        return gateway
+
+
+@contextlib.asynccontextmanager
+async def processes(
+    spec: FleetSpec, keep: bool, src: Path | None = None, with_keeper: bool = True
+) -> AsyncIterator[Stack]:
+    """The fleet and a slice keeper in front of it (``with_keeper``), in a temporary folder
+    (kept when ``keep``); gateways are started on the `Stack`. All stopped on the way out."""
+    workdir = tmpdir()
+    stack = Stack(workdir, src or snapshot_gateway(workdir), start_fleet(spec))
+    try:
+        if with_keeper:
+            stack.keeper = await start_keeper(stack.fleet.urls, workdir, stack.src)
+        yield stack
+    finally:
+        for gateway in stack.gateways:
+            gateway.stop()
+        if stack.keeper is not None:
+            stack.keeper.stop()
+        stack.fleet.stop()
+        if keep:
+            print(f"kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """A SIGTERM (timeout, CI) unwinds like Ctrl-C, so the processes are stopped."""
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def meta(profile: str, started: dt.datetime, **extra: Any) -> dict[str, Any]:
+    """The ``meta`` of a result: the profile, when, and the machine."""
+    return {
+        "profile": profile,
+        "started": started.isoformat(timespec="seconds"),
+        "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        **extra,
+    }
+
+
+def write_results(result: dict[str, Any], out: Path, table: str) -> None:
+    """The result as JSON in ``out``, its markdown table on stdout."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(table)
+
+
 async def run(
     prof: Profile,
     scenarios: tuple[str, ...],
@@ -115,24 +187,15 @@ async def run(
     src: Path | None = None,
     with_keeper: bool = True,
 ) -> dict[str, Any]:
-    workdir = tmpdir()
-    if src is None:
-        src = snapshot_gateway(workdir)
-    fleet = start_fleet(prof.fleet)
-    gateways: list[GatewayProc] = []
-    keeper: KeeperProc | None = None
-    try:
-        if with_keeper:
-            keeper = await start_keeper(fleet.urls, workdir, src)
-        cfg = config(prof, fleet, workdir / "jobs", keeper)
+    async with processes(prof.fleet, keep, src, with_keeper) as stack:
+        cfg = config(prof, stack.fleet, stack.workdir / "jobs", stack.keeper)
 
         async def launch(name: str) -> GatewayProc:
-            gateway = await start_gateway(cfg, workdir, name, src=src)
-            gateways.append(gateway)
+            gateway = await stack.start_gateway(cfg, name)
             ctx.gateway, ctx.url = gateway, f"http://127.0.0.1:{gateway.port}"
             return gateway
 
-        ctx = Context(prof, fleet, "", workdir, restart=launch, keeper=keeper)
+        ctx = Context(prof, stack.fleet, "", stack.workdir, restart=launch, keeper=stack.keeper)
         await launch("jobs")
         out: dict[str, Any] = {}
         for name, scenario in (
@@ -146,16 +209,6 @@ async def run(
                 out[name] = await scenario(ctx)
                 print(json.dumps(out[name])[:600], file=sys.stderr, flush=True)
         return out
-    finally:
-        for gateway in gateways:
-            gateway.stop()
-        if keeper is not None:
-            keeper.stop()
-        fleet.stop()
-        if keep:
-            print(f"kept {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,34 +248,24 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"--scenarios: unknown {sorted(unknown)} (expected some of {','.join(SCENARIOS)})")
     started = dt.datetime.now(dt.UTC)
-    # a SIGTERM (timeout, CI) unwinds like Ctrl-C, so the gateway and the fleet are stopped
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
+    with sigterm_unwinds():
         measured = asyncio.run(
             run(prof, scenarios, args.keep_logs, args.gateway_src, not args.no_keeper)
         )
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     result = {
-        "meta": {
-            "profile": prof.name,
-            "started": started.isoformat(timespec="seconds"),
-            "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
-            "gateway_workers": os.environ.get("GATEWAY_WORKERS", "default (one per core)"),
-            "keeper": not args.no_keeper,
-        },
+        "meta": meta(
+            prof.name,
+            started,
+            gateway_workers=os.environ.get("GATEWAY_WORKERS", "default (one per core)"),
+            keeper=not args.no_keeper,
+        ),
         "profile": {**asdict(prof), "fleet": prof.fleet.to_dict()},
         "capacity": capacities(prof),
         "scenarios": measured,
     }
     result["targets"] = targets(result)
     out = args.out or RESULTS_DIR / f"jobs-{prof.name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(markdown(result))
+    write_results(result, out, markdown(result))
     print(f"results: {out}", file=sys.stderr)
     return 0
 

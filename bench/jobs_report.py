@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.report import Table
+
 
 def targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each measured scenario's target: the measured value, the bound and whether it holds."""
@@ -68,44 +70,55 @@ def markdown(result: dict[str, Any]) -> str:
         f" (every instance busy on {result['profile']['max_slice_pages']}-page slices; the"
         f" per-page ceiling is {cap['page_ceiling_per_s']:.0f} pages/s).",
         "",
-        "| # | target | measured | bound | |",
-        "|---|---|---|---|---|",
     ]
+    table = Table("targets", ("#", "target", "measured", "bound", "ok"), ("left",) * 5)
+
+    def row(number: str, what: str, measured: str, key: str, bound: Any = None) -> None:
+        target = t[key]
+        bound = target["bound"] if bound is None else bound
+        table.add(number, what, measured, str(bound), _ok(target["ok"]))
+
     if "idle" in s:
         i = s["idle"]
-        lines.append(
-            f"| 1 | 100-page job on the idle fleet, latency vs one instance parsing it whole"
-            f" | {i['fanout_latency_s']:.3f} s / {i['whole_latency_s']:.3f} s = {i['ratio']:.3f}"
-            f" | {t['idle_latency_ratio']['bound']} | {_ok(t['idle_latency_ratio']['ok'])} |"
+        row(
+            "1",
+            "100-page job on the idle fleet, latency vs one instance parsing it whole",
+            f"{i['fanout_latency_s']:.3f} s / {i['whole_latency_s']:.3f} s = {i['ratio']:.3f}",
+            "idle_latency_ratio",
         )
     if "mixed" in s:
         m = s["mixed"]
         a, b = m["alone"]["one_page"], m["with_jobs"]["one_page"]
-        lines.append(
-            f"| 2 | one-page p99 with 100-page jobs vs alone | {b['p99']:.3f} s / {a['p99']:.3f} s"
-            f" = {m['ratio']:.3f} | {t['one_page_p99_ratio']['bound']}"
-            f" | {_ok(t['one_page_p99_ratio']['ok'])} |"
+        row(
+            "2",
+            "one-page p99 with 100-page jobs vs alone",
+            f"{b['p99']:.3f} s / {a['p99']:.3f} s = {m['ratio']:.3f}",
+            "one_page_p99_ratio",
         )
     if "saturation" in s:
         u = s["saturation"]
-        lines.append(
-            f"| 3 | pages/s with jobs alone vs capacity | {u['steady_pages_per_s']:.1f} /"
-            f" {cap['pages_per_s']:.1f} = {u['ratio']:.3f}"
-            f" | {t['saturation_pages_ratio']['bound']}"
-            f" | {_ok(t['saturation_pages_ratio']['ok'])} |"
+        row(
+            "3",
+            "pages/s with jobs alone vs capacity",
+            f"{u['steady_pages_per_s']:.1f} / {cap['pages_per_s']:.1f} = {u['ratio']:.3f}",
+            "saturation_pages_ratio",
         )
     if "kill" in s:
         k = s["kill"]
-        lines.append(
-            f"| 4 | `kill -9` while {k['jobs']} jobs run: jobs done whole and in order"
-            f" | {t['kill_all_whole_in_order']['value']} | all"
-            f" | {_ok(t['kill_all_whole_in_order']['ok'])} |"
+        row(
+            "4",
+            f"`kill -9` while {k['jobs']} jobs run: jobs done whole and in order",
+            str(t["kill_all_whole_in_order"]["value"]),
+            "kill_all_whole_in_order",
+            "all",
         )
-        lines.append(
-            f"| 4 | pages parsed twice (bound: the largest slice of each job, summed)"
-            f" | {k['parsed_twice_pages']} | {t['kill_parsed_twice_pages']['bound']}"
-            f" | {_ok(t['kill_parsed_twice_pages']['ok'])} |"
+        row(
+            "4",
+            "pages parsed twice (bound: the largest slice of each job, summed)",
+            str(k["parsed_twice_pages"]),
+            "kill_parsed_twice_pages",
         )
+    lines.append(table.markdown())
     lines.append("")
     if "idle" in s:
         i = s["idle"]

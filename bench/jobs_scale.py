@@ -35,7 +35,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import platform
 import random
 import shutil
 import signal
@@ -46,24 +45,22 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench.jobs import Stack, meta, processes, sigterm_unwinds, write_results
 from bench.jobs import config as jobs_config
-from bench.jobs_client import JobsClient, JobsError
 from bench.jobs_docs import numbered_pdf
 from bench.jobs_scale_report import markdown, plot, summarize, targets
-from bench.jobs_scenarios import ADMIN_TOKEN, Profile, capacities, sha
+from bench.jobs_scenarios import ADMIN_TOKEN, Profile, capacities, jobs_client, sha, submit
 from bench.procs import (
     REPO,
-    CpuMeter,
     GatewayProc,
     KeeperProc,
-    _tree,
     snapshot_gateway,
-    start_fleet,
-    start_gateway,
-    start_keeper,
     tmpdir,
 )
+from bench.procstat import CpuMeter, rss_bytes
 from bench.workload import FleetSpec
+from fleetctl import jobclient
+from fleetctl.client import OcrError
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LATE = "tenant-late"  # the token outside the backlog whose submits are probes
@@ -119,20 +116,6 @@ def gateway_config(prof: ScaleProfile, fleet: Any, jobs_dir: Path, keeper: Keepe
     return cfg
 
 
-def rss_bytes(pid: int) -> int:
-    """Resident memory of a process and its descendants (the gateway's workers, PDF readers)."""
-    total = 0
-    for p in _tree(pid):
-        try:
-            with open(f"/proc/{p}/status") as handle:
-                for line in handle:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-        except OSError:
-            pass
-    return total
-
-
 def disk_bytes(root: Path) -> int:
     """Bytes of every file under ``root`` (the SQLite files, inputs, page results)."""
     total = 0
@@ -146,8 +129,8 @@ def disk_bytes(root: Path) -> int:
 class Run:
     """The processes and what was measured so far, for one gateway source."""
 
-    def __init__(self, prof: ScaleProfile, src: Path, workdir: Path) -> None:
-        self.prof, self.src, self.workdir = prof, src, workdir
+    def __init__(self, prof: ScaleProfile, workdir: Path) -> None:
+        self.prof = prof
         self.jobs_dir = workdir / "jobs"
         self.pdfs = {t: numbered_pdf(t, prof.doc_pages) for t in range(prof.tokens)}
         self.late_pdf = numbered_pdf(prof.tokens, prof.doc_pages)
@@ -171,13 +154,13 @@ class Run:
         async def tenant(index: int) -> None:
             count = prof.jobs // prof.tokens + (index < prof.jobs % prof.tokens)
             queue = list(range(count))
-            async with JobsClient(url, token(index), timeout_s=300) as client:
+            async with jobs_client(url, token(index), timeout_s=300) as client:
 
                 async def uploader() -> None:
                     while queue:
                         queue.pop()
                         started = time.monotonic()
-                        job_id = await client.submit(self.pdfs[index], f"scale-{index}")
+                        job_id = await submit(client, self.pdfs[index], f"scale-{index}")
                         self.submits.append((started - self.t0, time.monotonic() - started, index))
                         self.ids.append(job_id)
 
@@ -192,25 +175,25 @@ class Run:
         rng = random.Random(prof.seed)
         tasks: set[asyncio.Task[None]] = set()
         async with (
-            JobsClient(url, ADMIN_TOKEN, timeout_s=60) as admin,
-            JobsClient(url, token(-1), timeout_s=60) as late,
+            jobs_client(url, ADMIN_TOKEN, timeout_s=60) as admin,
+            jobs_client(url, token(-1), timeout_s=60) as late,
         ):
 
             async def status(at: float) -> None:
                 if not self.ids:
                     return
                 try:
-                    await admin.status(rng.choice(self.ids))
+                    await jobclient.status(admin, rng.choice(self.ids))
                     self.statuses.append((at, self.now() - at))
-                except (JobsError, OSError, ValueError):
+                except OcrError:
                     self.statuses.append((at, None))
 
-            async def submit(at: float) -> None:
+            async def late_submit(at: float) -> None:
                 try:
-                    job_id = await late.submit(self.late_pdf, "scale-late")
+                    job_id = await submit(late, self.late_pdf, "scale-late")
                     self.probe_submits.append((at, self.now() - at))
                     self.late_jobs[job_id] = at
-                except (JobsError, OSError, ValueError):
+                except OcrError:
                     self.probe_submits.append((at, None))
 
             next_status, next_submit = 0.5, 1.0
@@ -220,7 +203,7 @@ class Run:
                     task = asyncio.create_task(status(at))
                     next_status += prof.status_every_s
                 else:
-                    task = asyncio.create_task(submit(at))
+                    task = asyncio.create_task(late_submit(at))
                     next_submit += prof.submit_every_s
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
@@ -247,8 +230,8 @@ class Run:
     async def late_done(self, url: str) -> dict[str, float | None]:
         """When each late job was done (wall clock, to the second; None: not in the window)."""
         out: dict[str, float | None] = {}
-        async with JobsClient(url, ADMIN_TOKEN, timeout_s=60) as admin:
-            for job in await admin.batch("scale-late") if self.late_jobs else []:
+        async with jobs_client(url, ADMIN_TOKEN, timeout_s=60) as admin:
+            for job in await jobclient.batch(admin, "scale-late") if self.late_jobs else []:
                 end = job["extractProgress"]["endTime"]
                 out[job["jobId"]] = (
                     None
@@ -259,27 +242,27 @@ class Run:
                 )
         return out
 
-    async def restart(self, gateway: GatewayProc, cfg: dict, fleet: Any) -> dict[str, Any]:
+    async def restart(self, gateway: GatewayProc, cfg: dict, stack: Stack) -> dict[str, Any]:
         """``kill -9`` with the backlog in the store; seconds until served and parsing again."""
         os.killpg(gateway.proc.pid, signal.SIGKILL)
         gateway.proc.wait()
-        await fleet.admin("/_admin/log", {"clear": True})
+        await stack.fleet.admin("/_admin/log", {"clear": True})
         killed = time.time()
         started = time.monotonic()
-        new = await start_gateway(cfg, self.workdir, "restarted", timeout_s=120, src=self.src)
+        new = await stack.start_gateway(cfg, "restarted", timeout_s=120)
         healthy = time.monotonic() - started
         url = f"http://127.0.0.1:{new.port}"
         served = None
-        async with JobsClient(url, ADMIN_TOKEN, timeout_s=60) as admin:
+        async with jobs_client(url, ADMIN_TOKEN, timeout_s=60) as admin:
             while time.monotonic() - started < 120:
                 try:
-                    await admin.status(self.ids[-1])
+                    await jobclient.status(admin, self.ids[-1])
                     served = time.monotonic() - started
                     break
-                except (JobsError, OSError):
+                except OcrError:
                     await asyncio.sleep(0.05)
             await asyncio.sleep(max(0.0, self.prof.restart_watch_s - (time.monotonic() - started)))
-        log = (await fleet.admin("/_admin/log", {"clear": False}))["log"]
+        log = (await stack.fleet.admin("/_admin/log", {"clear": False}))["log"]
         # a parse begun after the kill was sent by the restarted gateway (none was queued:
         # the old one's requests went with its connections)
         starts = sorted(e["start"] - killed for e in log if e["start"] > killed)
@@ -290,23 +273,18 @@ class Run:
             "first_parse_s": round(starts[0], 3) if starts else None,
             "pages_in_watch": sum(len(e["pages"]) for e in log if e["start"] > killed),
             "watch_s": self.prof.restart_watch_s,
-            "gateway": new,
         }
 
 
 async def measure(prof: ScaleProfile, src: Path, keep: bool) -> dict[str, Any]:
     """One full run against the gateway in ``src``."""
-    workdir = tmpdir()
-    fleet = start_fleet(prof.fleet)
-    gateways: list[GatewayProc] = []
-    keeper: KeeperProc | None = None
-    try:
-        keeper = await start_keeper(fleet.urls, workdir, src)
-        cfg = gateway_config(prof, fleet, workdir / "jobs", keeper)
-        gateway = await start_gateway(cfg, workdir, "scale", src=src)
-        gateways.append(gateway)
+    async with processes(prof.fleet, keep, src) as stack:
+        fleet, keeper = stack.fleet, stack.keeper
+        assert keeper is not None
+        cfg = gateway_config(prof, fleet, stack.workdir / "jobs", keeper)
+        gateway = await stack.start_gateway(cfg, "scale")
         url = f"http://127.0.0.1:{gateway.port}"
-        run = Run(prof, src, workdir)
+        run = Run(prof, stack.workdir)
         await fleet.admin("/_admin/log", {"clear": True})
         meter = CpuMeter(
             {"gateway": gateway.proc.pid, "fleet": fleet.proc.pid, "keeper": keeper.proc.pid,
@@ -321,8 +299,7 @@ async def measure(prof: ScaleProfile, src: Path, keep: bool) -> dict[str, Any]:
         log = (await fleet.admin("/_admin/log", {"clear": True}))["log"]
         late = await run.late_done(url)
         disk = await asyncio.to_thread(disk_bytes, run.jobs_dir)
-        restart = await run.restart(gateway, cfg, fleet)
-        gateways.append(restart.pop("gateway"))
+        restart = await run.restart(gateway, cfg, stack)
         return summarize(
             prof,
             capacities(prof.jobs_profile()),
@@ -342,16 +319,6 @@ async def measure(prof: ScaleProfile, src: Path, keep: bool) -> dict[str, Any]:
                 "restart": restart,
             },
         )
-    finally:
-        for gateway in gateways:
-            gateway.stop()
-        if keeper is not None:
-            keeper.stop()
-        fleet.stop()
-        if keep:
-            print(f"kept {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def export_revision(rev: str, workdir: Path) -> Path:
@@ -381,38 +348,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs is not None:
         prof = replace(prof, jobs=args.jobs)
     started = dt.datetime.now(dt.UTC)
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     srcdir = tmpdir()
     try:
-        sources = {"this": snapshot_gateway(srcdir)}
-        if args.compare:
-            sources = {args.compare: export_revision(args.compare, srcdir), **sources}
-        runs: dict[str, Any] = {}
-        for label, src in sources.items():
-            print(f"-- gateway {label}", file=sys.stderr, flush=True)
-            runs[label] = asyncio.run(measure(prof, src, args.keep_logs))
-            print(json.dumps(runs[label]["summary"])[:800], file=sys.stderr, flush=True)
+        with sigterm_unwinds():
+            sources = {"this": snapshot_gateway(srcdir)}
+            if args.compare:
+                sources = {args.compare: export_revision(args.compare, srcdir), **sources}
+            runs: dict[str, Any] = {}
+            for label, src in sources.items():
+                print(f"-- gateway {label}", file=sys.stderr, flush=True)
+                runs[label] = asyncio.run(measure(prof, src, args.keep_logs))
+                print(json.dumps(runs[label]["summary"])[:800], file=sys.stderr, flush=True)
     finally:
-        signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(srcdir, ignore_errors=True)
     result = {
-        "meta": {
-            "profile": prof.name,
-            "started": started.isoformat(timespec="seconds"),
-            "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "compare": args.compare,
-        },
+        "meta": meta(prof.name, started, compare=args.compare),
         "profile": {**asdict(prof), "fleet": prof.fleet.to_dict()},
         "capacity": capacities(prof.jobs_profile()),
         "runs": runs,
     }
     result["targets"] = {label: targets(r["summary"]) for label, r in runs.items()}
     out = args.out or RESULTS_DIR / f"jobs-scale-{prof.name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(markdown(result))
+    write_results(result, out, markdown(result))
     if args.plot:
         plot(result, args.plot)
         print(f"plot: {args.plot}", file=sys.stderr)

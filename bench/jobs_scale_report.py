@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.jobs_docs import page_of
 from bench.loadgen import percentile
+from bench.report import Table
 
 WARMUP_S = 10.0  # pages/s is counted from here (the fleet's first slices, the client's start)
 
@@ -170,13 +171,12 @@ def markdown(result: dict[str, Any]) -> str:
         f"{fleet['page_s'] * 1000:.0f} ms per page, capacity {cap['pages_per_s']:.1f} pages/s;"
         f" window {prof['window_s']:.0f} s from the first submit.",
         "",
-        "| measured | " + " | ".join(f"`{label}`" for label in labels) + " | target |",
-        "|---|" + "---|" * len(labels) + "---|",
     ]
+    columns = ("measured", *(f"`{label}`" for label in labels), "target")
+    table = Table("jobs at scale", columns, ("left",) * len(columns))
 
     def row(name: str, cell: Any, bound: str = "") -> None:
-        lines.append(f"| {name} | " + " | ".join(cell(runs[x]["summary"], x) for x in labels)
-                     + f" | {bound} |")  # fmt: skip
+        table.add(name, *(cell(runs[x]["summary"], x) for x in labels), bound)
 
     def target(key: str) -> Any:
         return lambda s, x: (
@@ -214,7 +214,7 @@ def markdown(result: dict[str, Any]) -> str:
     row("CPU cores: gateway / keeper / fleet / loadgen / other", lambda s, _: " / ".join(
         f"{s['cpu_cores'].get(k, 0):.2f}"
         for k in ("gateway", "keeper", "fleet", "loadgen", "other")))  # fmt: skip
-    return "\n".join(lines)
+    return "\n".join([*lines, table.markdown()])
 
 
 def plot(result: dict[str, Any], out: Path) -> None:

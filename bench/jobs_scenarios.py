@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pybase64
 
-from bench.jobs_client import JobsClient, JobsError, b64
 from bench.jobs_docs import (
     ONE_PAGE_DOC,
     busy_timeline,
@@ -42,11 +42,53 @@ from bench.jobs_docs import (
     twice_by_first_parse,
 )
 from bench.loadgen import Outcome, run_open_loop, summarize
-from bench.procs import CpuMeter, FleetProc, GatewayProc, KeeperProc
+from bench.procs import FleetProc, GatewayProc, KeeperProc
+from bench.procstat import CpuMeter
 from bench.workload import FleetSpec, Request, make_workload
+from fleetctl import jobclient
+from fleetctl.client import AsyncClient, OcrError, RetryPolicy, read_ocr
 
 TOKENS = {"tenant-a": "bench-jobs-token-a", "tenant-b": "bench-jobs-token-b"}
 ADMIN_TOKEN = "bench-jobs-admin"  # sees every tenant's jobs of a batch
+ONCE = RetryPolicy(max_attempts=1)  # a refusal or a failure is measured, never retried
+POLICY = jobclient.JobPolicy(model="PaddleOCR-VL-1.5")
+
+
+def jobs_client(url: str, token: str, timeout_s: float = 120.0) -> AsyncClient:
+    """fleetctl's client as the benchmark uses it: one token, no retries, no proxy."""
+    return AsyncClient(url, token=token, timeout=timeout_s, retry=ONCE, trust_env=False)
+
+
+async def submit(client: AsyncClient, pdf: bytes, batch_id: str | None = None) -> str:
+    """Submit ``pdf`` as a job (multipart, as the official client uploads); its id."""
+    return await jobclient.upload(client, pdf, "doc.pdf", POLICY, batch_id)
+
+
+async def wait(
+    client: AsyncClient, job_id: str, poll_s: float, limit_s: float = 300.0
+) -> jobclient.JobStatus:
+    """Poll a job until it is done or failed (`OcrError` past ``limit_s``)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        found = await jobclient.status(client, job_id)
+        if found.state in ("done", "failed"):
+            return found
+        if time.monotonic() > deadline:
+            raise OcrError(f"job {job_id} still {found.state} after {limit_s:.0f}s", None)
+        await asyncio.sleep(poll_s)
+
+
+async def ocr_once(client: AsyncClient, pdf_b64: str) -> tuple[bool, int]:
+    """One interactive ``POST /ocr``: (answered with a text, HTTP status; 0: no answer)."""
+    try:
+        await client.call("POST", "/ocr", read_ocr, json={"base64": pdf_b64})
+    except OcrError as exc:
+        return False, exc.status or 0
+    return True, 200
+
+
+def b64(data: bytes) -> str:
+    return pybase64.b64encode(data).decode("ascii")
 
 
 @dataclass(frozen=True)
@@ -120,7 +162,7 @@ class Context:
 
 
 async def _submit_all(
-    client: JobsClient, pdfs: dict[int, bytes], batch: str, parallel: int = 8
+    client: AsyncClient, pdfs: dict[int, bytes], batch: str, parallel: int = 8
 ) -> dict[int, str]:
     """Submit every document (``parallel`` uploads at once); doc -> job id."""
     gate = asyncio.Semaphore(parallel)
@@ -128,29 +170,29 @@ async def _submit_all(
 
     async def one(doc: int, pdf: bytes) -> None:
         async with gate:
-            ids[doc] = await client.submit(pdf, batch)
+            ids[doc] = await submit(client, pdf, batch)
 
     await asyncio.gather(*(one(d, p) for d, p in pdfs.items()))
     return ids
 
 
 async def _wait_batch(
-    client: JobsClient, batch: str, n: int, limit_s: float, poll_s: float = 0.25
+    client: AsyncClient, batch: str, n: int, limit_s: float, poll_s: float = 0.25
 ) -> list[dict[str, Any]]:
     """Poll a batch until its ``n`` jobs are done or failed."""
     deadline = time.monotonic() + limit_s
     while True:
-        jobs = await client.batch(batch)
+        jobs = await jobclient.batch(client, batch)
         if len(jobs) >= n and all(j["state"] in ("done", "failed") for j in jobs):
             return jobs
         if time.monotonic() > deadline:
             states = Counter(j["state"] for j in jobs)
-            raise JobsError(f"batch {batch}: {dict(states)} after {limit_s:.0f}s")
+            raise OcrError(f"batch {batch}: {dict(states)} after {limit_s:.0f}s", None)
         await asyncio.sleep(poll_s)
 
 
 async def _check_all(
-    client: JobsClient, jobs: list[dict[str, Any]], doc_of: dict[str, int], pages: int
+    client: AsyncClient, jobs: list[dict[str, Any]], doc_of: dict[str, int], pages: int
 ) -> dict[str, Any]:
     """Fetch every done job's result; how many are whole and in order, and what is wrong."""
     problems: dict[str, str] = {}
@@ -158,7 +200,7 @@ async def _check_all(
         if data["state"] != "done":
             problems[data["jobId"]] = f"{data['state']}: {data.get('errorMsg')}"
             continue
-        lines = await client.result(data)
+        lines = await jobclient.result_lines(client, data["resultUrl"]["jsonUrl"])
         problem = check_result(lines, doc_of[data["jobId"]], pages)
         if problem is not None:
             problems[data["jobId"]] = problem
@@ -172,20 +214,22 @@ async def scenario_idle(ctx: Context) -> dict[str, Any]:
     """One 100-page job at a time on the idle fleet, against one instance parsing it whole."""
     prof = ctx.prof
     runs: list[dict[str, Any]] = []
-    async with JobsClient(ctx.url, TOKENS["tenant-a"]) as client:
+    async with jobs_client(ctx.url, TOKENS["tenant-a"]) as client:
         for index in range(prof.idle_runs + 1):  # the first warms the gateway up, not counted
             (doc,) = ctx.docs(1)
             pdf = numbered_pdf(doc, prof.doc_pages)
             await ctx.log()
             wall0, started = time.time(), time.perf_counter()
-            job_id = await client.submit(pdf)
+            job_id = await submit(client, pdf)
             accepted = time.perf_counter() - started
-            data = await client.wait(job_id, poll_s=0.01)
+            found = await wait(client, job_id, poll_s=0.01)
             latency = time.perf_counter() - started
             problem = (
-                check_result(await client.result(data), doc, prof.doc_pages)
-                if data["state"] == "done"
-                else data.get("errorMsg")
+                check_result(
+                    await jobclient.result_lines(client, found.json_url or ""), doc, prof.doc_pages
+                )
+                if found.state == "done"
+                else found.error
             )
             log = await ctx.log()
             sizes = slices_of(log, {doc}).get(doc, [])
@@ -247,7 +291,7 @@ def _busy(log: list[dict[str, Any]], t0: float, t1: float, instances: int) -> di
 
 
 async def _interactive(
-    ctx: Context, client: JobsClient, rate: float, jobs: Callable[[], Awaitable[None]] | None
+    ctx: Context, client: AsyncClient, rate: float, jobs: Callable[[], Awaitable[None]] | None
 ) -> dict[str, Any]:
     """One-page documents at ``rate`` (Poisson, seeded) for ``mixed_s``, while ``jobs()`` runs;
     their latency stats after the warm-up, and the fleet's busy shares meanwhile."""
@@ -256,7 +300,7 @@ async def _interactive(
     one_page = b64(numbered_pdf(ONE_PAGE_DOC, 1))
 
     async def send(_: Request) -> Outcome:
-        ok, status = await client.ocr(one_page)
+        ok, status = await ocr_once(client, one_page)
         return Outcome(ok, status, "" if ok else f"HTTP {status}")
 
     await ctx.log()
@@ -293,8 +337,8 @@ async def scenario_mixed(ctx: Context) -> dict[str, Any]:
     docs = ctx.docs(len(arrivals))
     pdfs = {doc: numbered_pdf(doc, prof.doc_pages) for doc in docs}
     async with (
-        JobsClient(ctx.url, TOKENS["tenant-a"]) as a,
-        JobsClient(ctx.url, TOKENS["tenant-b"]) as b,
+        jobs_client(ctx.url, TOKENS["tenant-a"]) as a,
+        jobs_client(ctx.url, TOKENS["tenant-b"]) as b,
     ):
         alone = await _interactive(ctx, a, rate, None)
         ids: dict[str, int] = {}
@@ -308,8 +352,8 @@ async def scenario_mixed(ctx: Context) -> dict[str, Any]:
                 await asyncio.sleep(max(0.0, start + at - loop.time()))
                 client = (a, b)[index % 2]
 
-                async def one(client: JobsClient = client, doc: int = doc) -> None:
-                    job_id = await client.submit(pdfs[doc], f"mixed-{prof.seed}")
+                async def one(client: AsyncClient = client, doc: int = doc) -> None:
+                    job_id = await submit(client, pdfs[doc], f"mixed-{prof.seed}")
                     ids[job_id] = doc
                     submitted[job_id] = time.time()
 
@@ -317,7 +361,7 @@ async def scenario_mixed(ctx: Context) -> dict[str, Any]:
             await asyncio.gather(*tasks)
 
         mixed = await _interactive(ctx, a, rate, submit_jobs)
-        async with JobsClient(ctx.url, ADMIN_TOKEN) as admin:
+        async with jobs_client(ctx.url, ADMIN_TOKEN) as admin:
             jobs = await _wait_batch(admin, f"mixed-{prof.seed}", len(docs), limit_s=300)
         log = await ctx.log()
         checked = await _check_all(a, jobs, ids, prof.doc_pages)
@@ -345,8 +389,8 @@ async def scenario_saturation(ctx: Context) -> dict[str, Any]:
     pdfs = {doc: numbered_pdf(doc, prof.doc_pages) for doc in docs}
     batch = f"saturation-{prof.seed}"
     async with (
-        JobsClient(ctx.url, TOKENS["tenant-a"]) as a,
-        JobsClient(ctx.url, TOKENS["tenant-b"]) as b,
+        jobs_client(ctx.url, TOKENS["tenant-a"]) as a,
+        jobs_client(ctx.url, TOKENS["tenant-b"]) as b,
     ):
         await ctx.log()
         meter = ctx.cpu_meter()
@@ -356,7 +400,7 @@ async def scenario_saturation(ctx: Context) -> dict[str, Any]:
             _submit_all(a, halves[0], batch), _submit_all(b, halves[1], batch)
         )
         submitted = time.time() - wall0
-        async with JobsClient(ctx.url, ADMIN_TOKEN) as admin:
+        async with jobs_client(ctx.url, ADMIN_TOKEN) as admin:
             jobs = await _wait_batch(admin, batch, len(docs), limit_s=600)
         cpu = meter.read()
         log = await ctx.log()
@@ -402,13 +446,13 @@ async def scenario_kill(ctx: Context) -> dict[str, Any]:
     batch = f"kill-{prof.seed}"
     total = len(docs) * prof.doc_pages
     await ctx.log()
-    async with JobsClient(ctx.url, TOKENS["tenant-a"]) as a:
+    async with jobs_client(ctx.url, TOKENS["tenant-a"]) as a:
         part_a = await _submit_all(a, dict(list(pdfs.items())[0::2]), batch)
-    async with JobsClient(ctx.url, TOKENS["tenant-b"]) as b:
+    async with jobs_client(ctx.url, TOKENS["tenant-b"]) as b:
         part_b = await _submit_all(b, dict(list(pdfs.items())[1::2]), batch)
-    async with JobsClient(ctx.url, ADMIN_TOKEN) as admin:
+    async with jobs_client(ctx.url, ADMIN_TOKEN) as admin:
         while True:
-            jobs = await admin.batch(batch)
+            jobs = await jobclient.batch(admin, batch)
             extracted = sum(j["extractProgress"]["extractedPages"] for j in jobs)
             if extracted >= prof.kill_at * total:
                 break
@@ -420,11 +464,11 @@ async def scenario_kill(ctx: Context) -> dict[str, Any]:
     gateway = await ctx.restart("kill-restarted")
     restarted = time.time()
     ids = {job_id: doc for part in (part_a, part_b) for doc, job_id in part.items()}
-    async with JobsClient(f"http://127.0.0.1:{gateway.port}", ADMIN_TOKEN) as a:
+    async with jobs_client(f"http://127.0.0.1:{gateway.port}", ADMIN_TOKEN) as a:
         try:
             jobs = await _wait_batch(a, batch, len(docs), limit_s=300)
-        except JobsError as exc:
-            jobs = await a.batch(batch)
+        except OcrError as exc:
+            jobs = await jobclient.batch(a, batch)
             failure = str(exc)
         else:
             failure = None

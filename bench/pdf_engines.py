@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.report import Table
+
 SLICE_PAGES = 10  # pages per slice of the fan-out measurement
 
 
@@ -167,8 +169,9 @@ def main() -> None:
     if args.child:
         _child(*args.child)
         return
-    print("| pages | file | MB | operation | engine | CPU ms | wall ms | peak RSS rise MB |")
-    print("|---:|---|---:|---|---|---:|---:|---:|")
+    columns = ("pages", "file", "MB", "operation", "engine", "CPU ms", "wall ms")
+    columns += ("peak RSS rise MB",)
+    table = Table("PDF engines", columns, ("right", "left", "right", *["left"] * 2, *["right"] * 3))
     with tempfile.TemporaryDirectory() as tmp:
         for pages in args.pages:
             intact = scan_pdf(pages)
@@ -180,12 +183,13 @@ def main() -> None:
                     for engine in ("pikepdf", "pypdfium2"):
                         runs = [measure(engine, op, path) for _ in range(args.repeat)]
                         best = min(runs, key=lambda r: r["cpu_ms"])
-                        print(
-                            f"| {pages} | {variant} | {size:.1f} | {op} | {engine} | "
-                            f"{best['cpu_ms']:.0f} | {best['wall_ms']:.0f} | "
-                            f"{max(r['rss_mb'] for r in runs):.1f} |",
-                            flush=True,
-                        )
+                        table.add(
+                            str(pages), variant, f"{size:.1f}", op, engine,
+                            f"{best['cpu_ms']:.0f}", f"{best['wall_ms']:.0f}",
+                            f"{max(r['rss_mb'] for r in runs):.1f}",
+                        )  # fmt: skip
+                        print(f"{pages} pages, {variant}, {op}, {engine}: done", file=sys.stderr)
+    print(table.markdown())
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Subprocesses of the benchmark (the fleet, the gateway, the slice keeper) and their CPU
-accounting."""
+"""Subprocesses of the benchmark (the fleet, the gateway, the slice keeper) and how they are
+started, asked and stopped (control calls over httpx; the load itself goes through
+:mod:`bench.minihttp`, see there why)."""
 
 from __future__ import annotations
 
@@ -14,79 +15,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench.minihttp import MiniClient
+import httpx
+
 from bench.workload import FleetSpec
 
 REPO = Path(__file__).resolve().parent.parent
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for tid in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    todo.extend(int(c) for c in f.read().split())
-        except OSError:
-            pass
-    return out
-
-
-def cpu_seconds(pid: int, tree: bool = True) -> float:
-    """User+system CPU seconds of a process (and, with ``tree``, its live descendants)."""
-    total = 0.0
-    for p in _tree(pid) if tree else [pid]:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / _TICK
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
-
-
-def _system_busy() -> tuple[float, float]:
-    """(busy, total) jiffies of the whole machine from /proc/stat."""
-    try:
-        with open("/proc/stat") as f:
-            vals = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return 0.0, 0.0
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    total = sum(vals[:8])
-    return float(total - idle), float(total)
-
-
-class CpuMeter:
-    """CPU use (in cores, 1.0 = one core busy) of named processes over a window, plus
-    ``other``: what the rest of the machine used meanwhile (someone else's tests, builds)."""
-
-    def __init__(self, pids: dict[str, int]):
-        self.pids = pids
-        # this process is the load generator; its children (fleet, gateway) are measured apart
-        self.tree = {k: p != os.getpid() for k, p in pids.items()}
-        self.t0 = time.monotonic()
-        self.c0 = {k: cpu_seconds(p, self.tree[k]) for k, p in pids.items()}
-        self.s0 = _system_busy()
-
-    def read(self) -> dict[str, float]:
-        dt = max(1e-6, time.monotonic() - self.t0)
-        out = {
-            k: round((cpu_seconds(p, self.tree[k]) - self.c0[k]) / dt, 3)
-            for k, p in self.pids.items()
-        }
-        busy, total = _system_busy()
-        if total > self.s0[1]:
-            cores = (busy - self.s0[0]) / (total - self.s0[1]) * (os.cpu_count() or 1)
-            ours = sum(out.values())
-            out["other"] = round(max(0.0, cores - ours), 3)
-        return out
 
 
 def free_port() -> int:
@@ -99,10 +35,6 @@ def free_port() -> int:
 class FleetProc:
     proc: subprocess.Popen
     info: dict
-    client: MiniClient = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.client = MiniClient("127.0.0.1", self.info["admin"])
 
     @property
     def ports(self) -> list[int]:
@@ -113,10 +45,12 @@ class FleetProc:
         return [f"http://127.0.0.1:{p}" for p in self.ports]
 
     async def admin(self, path: str, body: dict | None = None) -> dict:
-        status, _, data = await self.client.request("POST", path, json.dumps(body or {}).encode())
-        if status != 200:
-            raise RuntimeError(f"fleet admin {path}: {status} {data[:200]!r}")
-        return json.loads(data)
+        url = f"http://127.0.0.1:{self.info['admin']}{path}"
+        async with httpx.AsyncClient(trust_env=False, timeout=60) as client:
+            answer = await client.post(url, json=body or {})
+        if answer.status_code != 200:
+            raise RuntimeError(f"fleet admin {path}: {answer.status_code} {answer.text[:200]!r}")
+        return answer.json()
 
     async def reset(self) -> None:
         await self.admin("/_admin/reset")
@@ -263,53 +197,54 @@ def gateway_import_error(src: Path) -> str | None:
     return "\n".join((r.stderr or r.stdout).strip().splitlines()[-3:])
 
 
+def launch_gateway(
+    cfg: dict, workdir: Path, name: str, src: Path | None = None, extra_args: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen, int, Path, Path]:
+    """``python -m gateway`` with ``cfg`` on a free loopback port, in its own session, its
+    output in ``workdir``: (process, port, log path, config path). Not waited for."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cfg_path = workdir / f"gateway-{name}.json" if name else workdir / "gateway.json"
+    cfg_path.write_text(json.dumps(cfg, indent=1))
+    log_path = cfg_path.with_suffix(".log")
+    port = free_port()
+    cmd = [sys.executable, "-m", "gateway", "--config", str(cfg_path)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), *extra_args]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=src or REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=gateway_env(src), start_new_session=True,
+        )  # fmt: skip
+    return proc, port, log_path, cfg_path
+
+
 async def start_gateway(
     cfg: dict, workdir: Path, name: str, timeout_s: float = 30.0, src: Path | None = None
 ) -> GatewayProc:
-    workdir.mkdir(parents=True, exist_ok=True)
-    cfg_path = workdir / f"gateway-{name}.json"
-    cfg_path.write_text(json.dumps(cfg, indent=1))
-    log_path = workdir / f"gateway-{name}.log"
-    port = free_port()
-    env = gateway_env(src)
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gateway",
-                "--config",
-                str(cfg_path),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            cwd=src or REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+    """:func:`launch_gateway`, healthy when this returns."""
+    proc, port, log_path, cfg_path = launch_gateway(cfg, workdir, name, src)
     gw = GatewayProc(proc, port, log_path, cfg_path)
-    client = MiniClient("127.0.0.1", port)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"gateway exited {proc.returncode}:\n{gw.log_tail()}")
-        try:
-            status, _, _ = await client.request("GET", "/health")
-            if status == 200:
-                await client.close()
-                return gw
-        except OSError:
-            pass
-        except Exception:
-            pass
-        await asyncio.sleep(0.1)
+    try:
+        if await wait_healthy(f"http://127.0.0.1:{port}/health", proc, timeout_s, "gateway"):
+            return gw
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}:\n{gw.log_tail()}") from None
     gw.stop()
     raise RuntimeError(f"gateway not healthy after {timeout_s}s:\n{gw.log_tail()}")
+
+
+async def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, name: str) -> bool:
+    """Poll ``GET url`` until it answers 200 (True) or ``timeout_s`` passed (False); a
+    RuntimeError with the exit code if ``proc`` exits meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited {proc.returncode}")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url)).status_code == 200:
+                    return True
+            await asyncio.sleep(0.1)
+    return False
 
 
 @dataclass
@@ -325,14 +260,11 @@ class KeeperProc:
         return f"http://127.0.0.1:{self.port}"
 
     async def stats(self) -> dict:
-        client = MiniClient("127.0.0.1", self.port)
-        try:
-            status, _, data = await client.request("GET", "/health")
-        finally:
-            await client.close()
-        if status != 200:
-            raise RuntimeError(f"keeper /health: {status} {data[:200]!r}")
-        return json.loads(data)
+        async with httpx.AsyncClient(trust_env=False, timeout=60) as client:
+            answer = await client.get(self.url + "/health")
+        if answer.status_code != 200:
+            raise RuntimeError(f"keeper /health: {answer.status_code} {answer.text[:200]!r}")
+        return answer.json()
 
     def stop(self) -> None:
         stop_process(self.proc)
@@ -353,14 +285,11 @@ async def start_keeper(
             env=env, start_new_session=True,
         )  # fmt: skip
     keeper = KeeperProc(proc, port, log_path)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"keeper exited {proc.returncode}:\n{log_path.read_text()[-2000:]}")
-        with contextlib.suppress(OSError, RuntimeError):
-            await keeper.stats()
+    try:
+        if await wait_healthy(keeper.url + "/health", proc, timeout_s, "keeper"):
             return keeper
-        await asyncio.sleep(0.1)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}:\n{log_path.read_text()[-2000:]}") from None
     keeper.stop()
     raise RuntimeError(f"keeper not healthy after {timeout_s}s")
 

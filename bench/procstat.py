@@ -1,11 +1,10 @@
-"""CPU time of a whole process tree, read from /proc, so the figure holds on a busy machine.
+"""CPU time and memory of a whole process tree (psutil), so the figure holds on a busy machine.
 
-A process tree's CPU is the sum, over the root and every live descendant, of
-``utime + stime + cutime + cstime`` from ``/proc/<pid>/stat``: a live process's own time plus
-that of its children already waited for. A worker that exits during a run therefore still counts
-(its time moves into its parent's ``cutime`` when the parent reaps it). Descendants are found by
-their parent pid, scanning every ``/proc/<pid>/stat``, so children started after the first
-reading (``--workers``, on-demand PDF readers) count too.
+A process tree's CPU is the sum, over the root and every live descendant, of its user and
+system time plus (``reaped``, the default) that of its children already waited for: a worker
+that exits during a run therefore still counts (its time moves into its parent's children's
+times when the parent reaps it). Descendants are looked up at every reading, so children
+started after the first one (``--workers``, on-demand PDF readers) count too.
 
 Usage::
 
@@ -13,91 +12,81 @@ Usage::
     ...                                 # the load runs
     cpu_s = meter.read()                # CPU seconds the tree used since
 
-``machine_busy()`` is the whole machine's busy and total jiffies (``/proc/stat``), for telling
-how loaded the machine was meanwhile.
+``machine_busy()`` is the whole machine's busy and total CPU seconds, for telling how loaded
+the machine was meanwhile; ``CpuMeter`` puts both together for several named processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from dataclasses import dataclass
+import time
 
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+import psutil
 
-
-@dataclass(frozen=True)
-class ProcStat:
-    """What this module reads of one ``/proc/<pid>/stat``."""
-
-    pid: int
-    ppid: int
-    cpu_ticks: int  # utime + stime + cutime + cstime
-    sys_ticks: int = 0  # stime + cstime: the part spent in the kernel
+_GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
 
 
-def parse_stat(text: str) -> ProcStat:
-    """One ``/proc/<pid>/stat`` line. The command name (2nd field) may hold spaces and ``)``."""
-    head, _, rest = text.rpartition(")")
-    pid = int(head.split("(", 1)[0])
-    f = rest.split()  # f[0] is field 3 (state); utime is field 14
-    user, sys, c_user, c_sys = (int(x) for x in f[11:15])
-    return ProcStat(pid, int(f[1]), user + sys + c_user + c_sys, sys + c_sys)
-
-
-def read_stat(pid: int) -> ProcStat | None:
-    """The stat of ``pid``, or None if it is gone (or not readable)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return parse_stat(fh.read())
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def all_stats() -> dict[int, ProcStat]:
-    """Every process's stat, by pid."""
-    out = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = read_stat(int(name))
-            if st is not None:
-                out[st.pid] = st
-    return out
-
-
-def tree(root: int, stats: dict[int, ProcStat] | None = None) -> list[ProcStat]:
+def tree(root: int) -> list[psutil.Process]:
     """``root`` and its live descendants (empty if ``root`` is gone)."""
-    stats = all_stats() if stats is None else stats
-    if root not in stats:
+    try:
+        proc = psutil.Process(root)
+        return [proc, *proc.children(recursive=True)]
+    except _GONE:
         return []
-    children: dict[int, list[int]] = {}
-    for st in stats.values():
-        children.setdefault(st.ppid, []).append(st.pid)
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(stats[pid])
-        todo.extend(children.get(pid, ()))
-    return out
 
 
-def tree_cpu_s(root: int) -> float:
-    """CPU seconds used so far by ``root``, its live descendants and the children they reaped."""
-    return tree_times(root)[0]
+def tree_times(root: int, reaped: bool = True) -> tuple[float, float]:
+    """CPU seconds used so far by ``root`` and its live descendants (with ``reaped``, and the
+    children they waited for), and the part of it spent in the kernel (system time)."""
+    cpu = kernel = 0.0
+    for proc in tree(root):
+        try:
+            t = proc.cpu_times()
+        except _GONE:
+            continue
+        own_sys = t.system + (t.children_system if reaped else 0.0)
+        cpu += t.user + own_sys + (t.children_user if reaped else 0.0)
+        kernel += own_sys
+    return cpu, kernel
 
 
-def tree_times(root: int) -> tuple[float, float]:
-    """:func:`tree_cpu_s`, and the part of it spent in the kernel (system time)."""
-    stats = tree(root)
-    cpu = sum(st.cpu_ticks for st in stats)
-    return cpu / TICKS_PER_S, sum(st.sys_ticks for st in stats) / TICKS_PER_S
+def tree_cpu_s(root: int, reaped: bool = True) -> float:
+    """:func:`tree_times`'s CPU seconds."""
+    return tree_times(root, reaped)[0]
 
 
-def machine_busy() -> tuple[int, int]:
-    """(busy, total) jiffies of the whole machine since boot (the ``cpu`` line of /proc/stat)."""
-    with open("/proc/stat") as fh:
-        vals = [int(x) for x in fh.readline().split()[1:9]]
-    idle = vals[3] + vals[4]  # idle + iowait
-    return sum(vals) - idle, sum(vals)
+def cpu_s(pid: int) -> float:
+    """User and system CPU seconds of ``pid`` alone (no children), 0 if it is gone."""
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except _GONE:
+        return 0.0
+    return t.user + t.system
+
+
+def rss_bytes(root: int) -> int:
+    """Resident memory of a process and its live descendants."""
+    total = 0
+    for proc in tree(root):
+        with contextlib.suppress(*_GONE):
+            total += proc.memory_info().rss
+    return total
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot (idle and iowait are not busy)."""
+    t = psutil.cpu_times()
+    total = t.user + t.nice + t.system + t.idle + t.iowait + t.irq + t.softirq + t.steal
+    return total - t.idle - t.iowait, total
+
+
+def busy_cores(start: tuple[float, float], end: tuple[float, float]) -> float:
+    """Busy cores of the machine between two :func:`machine_busy` readings (2.0: two cores)."""
+    d_total = end[1] - start[1]
+    if d_total <= 0:
+        return 0.0
+    return (end[0] - start[0]) / d_total * (os.cpu_count() or 1)
 
 
 class TreeMeter:
@@ -118,8 +107,31 @@ class MachineMeter:
         self.start = machine_busy()
 
     def read(self) -> float:
-        busy, total = machine_busy()
-        d_total = total - self.start[1]
-        if d_total <= 0:
-            return 0.0
-        return (busy - self.start[0]) / d_total * (os.cpu_count() or 1)
+        return busy_cores(self.start, machine_busy())
+
+
+class CpuMeter:
+    """CPU use (in cores, 1.0 = one core busy) of named processes over a window, plus
+    ``other``: what the rest of the machine used meanwhile (someone else's tests, builds).
+
+    Live user and system time only (no reaped children's); the tree of each process but this
+    one, the load generator, whose children (fleet, gateway) are measured apart."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.tree = {k: p != os.getpid() for k, p in pids.items()}
+        self.t0 = time.monotonic()
+        self.c0 = {k: self._cpu(k) for k in pids}
+        self.s0 = machine_busy()
+
+    def _cpu(self, name: str) -> float:
+        pid = self.pids[name]
+        return tree_cpu_s(pid, reaped=False) if self.tree[name] else cpu_s(pid)
+
+    def read(self) -> dict[str, float]:
+        dt = max(1e-6, time.monotonic() - self.t0)
+        out = {k: round((self._cpu(k) - self.c0[k]) / dt, 3) for k in self.pids}
+        now = machine_busy()
+        if now[1] > self.s0[1]:
+            out["other"] = round(max(0.0, busy_cores(self.s0, now) - sum(out.values())), 3)
+        return out

@@ -33,13 +33,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.procs import free_port
+from bench.procs import free_port, launch_gateway
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -292,26 +291,7 @@ def start_gateway(
     timeout_s: float = 60.0,
 ) -> ProxyProc:
     """``python -m gateway`` with ``cfg`` (from ``src``, a snapshot of gateway/, if given)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    cfg_path = workdir / "gateway.json"
-    cfg_path.write_text(json.dumps(cfg, indent=1))
-    log_path = workdir / "gateway.log"
-    port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if src is not None:
-        env["PYTHONPATH"] = str(src)
-    cmd = [sys.executable, "-m", "gateway", "--config", str(cfg_path)]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), *(extra_args or [])]
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=src or REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+    proc, port, log_path, _ = launch_gateway(cfg, workdir, "", src, tuple(extra_args or ()))
     gw = ProxyProc("gateway", proc, port, log_path)
     gw.wait_ready("/health", timeout_s)
     return gw

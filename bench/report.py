@@ -59,6 +59,11 @@ class Table:
             raise ValueError(f"{self.title}: row {cells} for {len(self.columns)} columns")
         self.rows.append(cells)
 
+    def markdown(self) -> str:
+        """The pipe table alone (header, rule, rows), without the title and the note."""
+        rule = [_MD_RULE[a] for a in self.align]
+        return "\n".join(_md_row(row) for row in (self.columns, rule, *self.rows))
+
 
 @dataclass(frozen=True)
 class Report:
@@ -370,8 +375,7 @@ def render_markdown(report: Report) -> str:
 
 
 def _markdown_table(t: Table) -> list[str]:
-    lines = [f"\n#### {t.title}\n", _md_row(t.columns), _md_row([_MD_RULE[a] for a in t.align])]
-    lines += [_md_row(row) for row in t.rows]
+    lines = [f"\n#### {t.title}\n", t.markdown()]
     if t.note:
         lines.append("\n" + t.note)
     return lines

@@ -38,6 +38,7 @@ from typing import Any
 
 from PIL import Image
 
+from bench.report import Table
 from bench.rollout.load import percentile, png_bytes
 from fleetctl.client import AsyncClient, OcrError, RetryPolicy
 from fleetctl.jobclient import JobPolicy, ocr_job
@@ -338,20 +339,19 @@ def markdown(result: dict[str, Any]) -> str:
         f"- jobs: {result['jobs']['done']} whole and in order, {result['jobs']['lost']} lost "
         f"({result['pages_lost']} pages lost, {result['jobs']['pages']} pages returned)",
         "",
-        "| from minute | images ok / lost / p99 s | 3-page PDFs ok / lost / p99 s "
-        "| jobs ok / lost |",
-        "|---|---|---|---|",
     ]
+    kinds = ("images ok / lost / p99 s", "3-page PDFs ok / lost / p99 s", "jobs ok / lost")
+    windows = Table("windows", ("from minute", *kinds), ("left",) * 4)
     for w in result["windows"]:
         cells = [
             f"{w[k]['ok']} / {w[k]['lost']} / {w[k]['p99_s'] if w[k]['p99_s'] is not None else '-'}"
             for k in ("image", "pdf")
         ]
-        jobs = f"{w['job']['ok']} / {w['job']['lost']}"
-        lines.append(f"| {w['from_min']:g} | {cells[0]} | {cells[1]} | {jobs} |")
-    lines += ["", "| minute | fault | took s | ok |", "|---|---|---|---|"]
+        windows.add(f"{w['from_min']:g}", *cells, f"{w['job']['ok']} / {w['job']['lost']}")
+    faults = Table("faults", ("minute", "fault", "took s", "ok"), ("left",) * 4)
     for f in result["faults"]:
-        lines.append(f"| {f['t'] / 60:.1f} | {f['what']} | {f['took_s']} | {f['ok']} |")
+        faults.add(f"{f['t'] / 60:.1f}", str(f["what"]), str(f["took_s"]), str(f["ok"]))
+    lines += [windows.markdown(), "", faults.markdown()]
     return "\n".join(lines)
 
 

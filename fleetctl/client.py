@@ -187,7 +187,8 @@ def upload_part(data: bytes, name: str | None) -> tuple[str, bytes, str]:
     return name or f"upload.{kind[0] if kind else 'bin'}", data, mime
 
 
-def _parse(r: httpx.Response, attempts: int, scrub: Callable[[str], str]) -> OcrResult | OcrError:
+def read_ocr(r: httpx.Response, attempts: int, scrub: Callable[[str], str]) -> OcrResult | OcrError:
+    """An ``/ocr`` answer: the `OcrResult`, or the `OcrError` (a `Parser` for `call`)."""
     try:
         body = r.json()
     except ValueError:
@@ -351,7 +352,7 @@ class Client(_Base):
     ) -> OcrResult:
         """OCR one document; raises `OcrError` when it failed after the allowed retries."""
         path, kw = _request(source, url, server_path, data_url, filename)
-        return self.call("POST", path, _parse, **kw)
+        return self.call("POST", path, read_ocr, **kw)
 
     def call(
         self,
@@ -427,7 +428,7 @@ class AsyncClient(_Base):
             data = await asyncio.to_thread(Path(source).read_bytes)
             source, filename = data, filename or Path(source).name
         path, kw = _request(source, url, server_path, data_url, filename)
-        return await self.call("POST", path, _parse, **kw)
+        return await self.call("POST", path, read_ocr, **kw)
 
     async def call(
         self,

@@ -210,8 +210,8 @@ def _read_status(r: httpx.Response, attempt: int, scrub: Callable[[str], str]) -
     )
 
 
-def _read_result(r: httpx.Response, attempt: int, scrub: Callable[[str], str]) -> Any:
-    """The pages' markdown texts of a JSON Lines result, in order."""
+def _read_lines(r: httpx.Response, attempt: int, scrub: Callable[[str], str]) -> Any:
+    """The JSON Lines of a result, each a PaddleX ``/layout-parsing`` answer, in order."""
     if r.status_code in (401, 403):  # the URL's signature, not our token (none is sent)
         error = read_envelope(r, attempt, scrub)
         raise OcrError(
@@ -219,14 +219,28 @@ def _read_result(r: httpx.Response, attempt: int, scrub: Callable[[str], str]) -
         )
     if not r.is_success:
         return read_envelope(r, attempt, scrub)
-    texts: list[str] = []
+    lines: list[dict[str, Any]] = []
     for number, line in enumerate(r.content.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            pages = json.loads(line)["result"]["layoutParsingResults"]
+            lines.append(json.loads(line))
+        except ValueError:
+            return OcrError(f"result line {number} is not JSON", r.status_code, "bad_response")
+    return lines
+
+
+def _read_result(r: httpx.Response, attempt: int, scrub: Callable[[str], str]) -> Any:
+    """The pages' markdown texts of a JSON Lines result, in order."""
+    lines = _read_lines(r, attempt, scrub)
+    if isinstance(lines, OcrError):
+        return lines
+    texts: list[str] = []
+    for number, line in enumerate(lines, 1):
+        try:
+            pages = line["result"]["layoutParsingResults"]
             texts.extend(str(page["markdown"]["text"]) for page in pages)
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError):
             return OcrError(
                 f"result line {number} has no result.layoutParsingResults[].markdown.text",
                 r.status_code,
@@ -236,13 +250,22 @@ def _read_result(r: httpx.Response, attempt: int, scrub: Callable[[str], str]) -
 
 
 async def submit(client: AsyncClient, path: Path, policy: JobPolicy) -> str:
-    """Upload the document as a job; its ``jobId``. Retries as `AsyncClient.ocr` does."""
+    """Upload the document at `path` as a job; its ``jobId``. Retries as `AsyncClient.ocr` does."""
     data = await asyncio.to_thread(path.read_bytes)
+    return await upload(client, data, path.name, policy)
+
+
+async def upload(
+    client: AsyncClient, data: bytes, name: str, policy: JobPolicy, batch_id: str | None = None
+) -> str:
+    """Upload `data` as a job (one of batch `batch_id`, when given); its ``jobId``."""
     fields = {"optionalPayload": json.dumps(OPTIONAL_PAYLOAD)}
     if policy.model:
         fields["model"] = policy.model
+    if batch_id is not None:
+        fields["batchId"] = batch_id
     job_id: str = await client.call(
-        "POST", JOBS_PATH, _read_submit, files={"file": upload_part(data, path.name)}, data=fields
+        "POST", JOBS_PATH, _read_submit, files={"file": upload_part(data, name)}, data=fields
     )
     return job_id
 
@@ -257,6 +280,19 @@ async def result_texts(client: AsyncClient, json_url: str) -> list[str]:
     """The pages' markdown from the signed result URL (fetched without the token)."""
     texts: list[str] = await client.call("GET", json_url, _read_result, auth=False)
     return texts
+
+
+async def result_lines(client: AsyncClient, json_url: str) -> list[dict[str, Any]]:
+    """The result's JSON Lines as they are (each a ``/layout-parsing`` answer), in order."""
+    lines: list[dict[str, Any]] = await client.call("GET", json_url, _read_lines, auth=False)
+    return lines
+
+
+async def batch(client: AsyncClient, batch_id: str) -> list[dict[str, Any]]:
+    """The jobs of batch `batch_id` (``extractResult``: each job's status as the gateway gives)."""
+    data = await client.call("GET", f"{JOBS_PATH}/batch/{batch_id}", read_envelope)
+    jobs: list[dict[str, Any]] = data.get("extractResult") or []
+    return jobs
 
 
 async def cancel(client: AsyncClient, job_id: str, timeout_s: float = 5.0) -> bool:

@@ -56,4 +56,4 @@ def test_smoke_run_produces_every_scenario(tmp_path: Path, capsys) -> None:
     }  # fmt: skip
     assert result["capacity"]["pages_per_s"] > 0
     printed = capsys.readouterr().out
-    assert "| # | target | measured | bound | |" in printed
+    assert "| # | target | measured | bound | ok |" in printed

@@ -1,6 +1,7 @@
 """A protocol-accurate test double of one ``paddlex --serve`` PaddleOCR-VL instance.
 
-Speaks the wire protocol of docs/paddlex-protocol.md:
+Speaks the wire protocol of docs/paddlex-protocol.md, its answers built by
+:mod:`doubles.paddlex` (which the benchmarks' simulated fleet, ``bench/fleet.py``, uses too):
 
 - ``GET /health`` -> ``{"logId", "errorCode": 0, "errorMsg": "Healthy"}``.
 - ``POST /layout-parsing``: success envelope ``{"logId", "result", "errorCode": 0,
@@ -58,7 +59,6 @@ import binascii
 import json
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -71,6 +71,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from doubles import paddlex as protocol
 from tests.doubles.servers import ServerThread
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -115,10 +116,7 @@ class Stats:
 
 
 def _envelope_error(status: int, message: str) -> JSONResponse:
-    return JSONResponse(
-        {"logId": str(uuid.uuid4()), "errorCode": status, "errorMsg": message},
-        status_code=status,
-    )
+    return JSONResponse(protocol.error(status, message), status_code=status)
 
 
 class InferRequest(BaseModel):
@@ -145,41 +143,6 @@ class RestructureRequest(BaseModel):
     prettifyMarkdown: bool = True
     showFormulaNumber: bool = False
     logId: str | None = None
-
-
-def _page_text(pruned: dict[str, Any]) -> str:
-    blocks = pruned.get("parsing_res_list") or []
-    return "\n\n".join(str(b.get("block_content", "")) for b in blocks)
-
-
-def pdf_page_sizes(data: bytes) -> list[tuple[int, int]]:
-    """The pixel size of each page PaddleX would render (scale 2), read by PDFium; raises
-    where PaddleX's ``read_pdf`` does (a file PDFium cannot open, a page it cannot load)."""
-    import pypdfium2 as pdfium
-
-    from gateway.pdf import PDFIUM_LOCK  # one PDFium call at a time in this test process
-
-    with PDFIUM_LOCK:
-        doc = pdfium.PdfDocument(data)
-        try:
-            sizes = []
-            for index in range(len(doc)):
-                width, height = doc.get_page_size(index)
-                sizes.append((int(width * 2), int(height * 2)))
-            return sizes
-        finally:
-            doc.close()
-
-
-def image_size(data: bytes) -> tuple[int, int]:
-    """(width, height) of an image decoded as PaddleX decodes it (``cv2.imdecode``)."""
-    import cv2
-    import numpy as np
-
-    array = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-    if array is None:
-        raise ValueError("Failed to decode image bytes")
-    return array.shape[1], array.shape[0]
 
 
 def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats) -> FastAPI:
@@ -209,7 +172,7 @@ def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats)
     async def health() -> JSONResponse:
         if knobs.health_status != 200:
             return _envelope_error(knobs.health_status, "Unhealthy")
-        return JSONResponse({"logId": str(uuid.uuid4()), "errorCode": 0, "errorMsg": "Healthy"})
+        return JSONResponse(protocol.healthy())
 
     async def load_file(req: InferRequest) -> tuple[bytes, int]:
         if req.file.startswith(("http://", "https://")):
@@ -232,33 +195,24 @@ def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats)
         except (binascii.Error, ValueError):
             raise StarletteHTTPException(422, "Invalid input file") from None
 
-    def render(data: bytes, file_type: int) -> tuple[list[tuple[int, int]], dict[str, Any]]:
-        """Page sizes that the real server would process, and dataInfo."""
-        if file_type == 0:
-            try:
-                sizes = pdf_page_sizes(data)
-            except Exception:
-                raise StarletteHTTPException(422, "Invalid input file") from None
-            if knobs.max_num_input_imgs is not None:
-                sizes = sizes[: knobs.max_num_input_imgs]  # silent truncation, HTTP 200
-            info = {
-                "numPages": len(sizes),
-                "pages": [{"width": w, "height": h} for w, h in sizes],
-                "type": "pdf",
-            }
-            return sizes, info
+    def render(data: bytes, file_type: int) -> list[tuple[int, int]]:
+        """The page sizes the real server would process."""
         try:
-            width, height = image_size(data)
+            if file_type == 1:
+                return [protocol.image_size(data)]
+            sizes = protocol.pdf_page_sizes(data)
         except Exception:
             raise StarletteHTTPException(422, "Invalid input file") from None
-        return [(width, height)], {"width": width, "height": height, "type": "image"}
+        if knobs.max_num_input_imgs is not None:
+            sizes = sizes[: knobs.max_num_input_imgs]  # silent truncation, HTTP 200
+        return sizes
 
     @app.post("/layout-parsing", response_model_exclude_none=True)
     async def layout_parsing(req: InferRequest, request: Request) -> JSONResponse:
         record.append(RecordedRequest("/layout-parsing", req.model_dump(), time.time()))
         stats.layout_calls += 1
         data, file_type = await load_file(req)
-        sizes, data_info = render(data, file_type)
+        sizes = render(data, file_type)
         name = name_of(request)
         stats.pending += 1
         stats.max_pending = max(stats.max_pending, stats.pending)
@@ -282,60 +236,20 @@ def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats)
                     raise RuntimeError("injected failure (poison_width)")
         finally:
             stats.pending -= 1
-        results = []
-        for index, (width, height) in enumerate(sizes):
-            blocks = [
-                {
-                    "block_label": "text",
-                    "block_content": f"{name} page {index + 1}/{len(sizes)}",
-                    "block_bbox": [10, 10, max(11, width - 10), 60],
-                    "block_id": 0,
-                    "block_order": 1,
-                    "group_id": 0,
-                }
-            ]
-            if knobs.extra_markdown:
-                blocks.append(
-                    {
-                        "block_label": "text",
-                        "block_content": knobs.extra_markdown,
-                        "block_bbox": [10, 70, max(11, width - 10), 120],
-                        "block_id": 1,
-                        "block_order": 2,
-                        "group_id": 1,
-                    }
-                )
-            pruned: dict[str, Any] = {
-                "page_index": index if file_type == 0 else None,
-                "width": width,
-                "height": height,
-                "model_settings": {"use_doc_preprocessor": False, "use_layout_detection": True},
-                "parsing_res_list": blocks,
-            }
-            if file_type == 0:
-                pruned["page_count"] = len(sizes)
-            else:
-                del pruned["page_index"]
-            page: dict[str, Any] = {
-                "prunedResult": pruned,
-                "markdown": {"text": _page_text(pruned), "images": dict(knobs.markdown_images)},
-            }
-            if req.visualize is not False:  # the server's default is visualize: true
-                page["outputImages"] = {
-                    "layout_det_res": "aGVsbG8=",
-                    "layout_order_res": "aGVsbG8=",
-                }
-                page["inputImage"] = "aGVsbG8="
-            results.append(page)
+        pdf, n = file_type == 0, len(sizes)
+        extra = [knobs.extra_markdown] if knobs.extra_markdown else []
+        pages = [
+            protocol.page_result(
+                [f"{name} page {i + 1}/{n}", *extra],
+                size,
+                (i, n) if pdf else None,
+                knobs.markdown_images,
+                visualize=req.visualize is not False,  # the server's default is visualize: true
+            )
+            for i, size in enumerate(sizes)
+        ]
         stats.layout_served += 1
-        return JSONResponse(
-            {
-                "logId": req.logId or str(uuid.uuid4()),
-                "result": {"layoutParsingResults": results, "dataInfo": data_info},
-                "errorCode": 0,
-                "errorMsg": "Success",
-            }
-        )
+        return JSONResponse(protocol.success(protocol.layout_result(pages, sizes, pdf), req.logId))
 
     @app.post("/restructure-pages")
     async def restructure_pages(req: RestructureRequest) -> JSONResponse:
@@ -344,37 +258,9 @@ def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats)
         if knobs.fail_restructure_next > 0:
             knobs.fail_restructure_next -= 1
             raise RuntimeError("injected failure (fail_restructure_next)")
-        if req.concatenatePages:
-            images: dict[str, str] = {}
-            blocks: list[Any] = []
-            for page in req.pages:
-                images.update(page.markdownImages)  # TypeError on None, as the real server
-                blocks.extend(page.prunedResult.get("parsing_res_list") or [])
-            text = "\n\n".join(_page_text(p.prunedResult) for p in req.pages)
-            results = [
-                {
-                    "prunedResult": {**req.pages[0].prunedResult, "parsing_res_list": blocks}
-                    if req.pages
-                    else {},
-                    "markdown": {"text": text, "images": images},
-                }
-            ]
-        else:
-            results = [
-                {
-                    "prunedResult": p.prunedResult,
-                    "markdown": {"text": _page_text(p.prunedResult), "images": p.markdownImages},
-                }
-                for p in req.pages
-            ]
-        return JSONResponse(
-            {
-                "logId": req.logId or str(uuid.uuid4()),
-                "result": {"layoutParsingResults": jsonable_encoder(results)},
-                "errorCode": 0,
-                "errorMsg": "Success",
-            }
-        )
+        pages = [p.model_dump() for p in req.pages]
+        result = protocol.restructure_result(pages, req.concatenatePages)
+        return JSONResponse(protocol.success(jsonable_encoder(result), req.logId))
 
     return app
 

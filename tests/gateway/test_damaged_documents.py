@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from doubles.paddlex import pdf_page_sizes
 from gateway.inputs import InputError, make_document
 from gateway.pdf import cut_slices
-from tests.doubles.paddlex_double import DoubleFleet, pdf_page_sizes
+from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway
 from tests.gateway.damaged import (
     PAGES,
