@@ -484,7 +484,7 @@ def test_a_handed_over_service_is_ready_only_once_its_own_process_serves(
     env, _, _ = shell_env
     serving = tmp_path / "run" / "serving"
     monkeypatch.setattr(render, "SERVING_FILE", str(serving))
-    settings, plan = _settings_on(free_port())
+    _, plan = _settings_on(free_port())
     assert plan.gateway.keeper is not None
     target = plan.gateway if service == "gateway" else plan.gateway.keeper
     server = _Server(target.port, b'{"status": "ok"}')  # the old process, answering
