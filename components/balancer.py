@@ -27,7 +27,6 @@ class BalancerArgs:
     plan: FleetPlan
     gateways: list[pulumi.Output[str]]
     """Each gateway's URL, resolving once that gateway is ready."""
-    provider: pulumi.ProviderResource | None = None
     guard: pulumi.Output[str] | None = None
     """Resolves when the plan may be applied; the image build waits for it."""
 
@@ -44,7 +43,7 @@ class Balancer(pulumi.ComponentResource):
         cleanups = []
         if image is None:
             image, cleanup = build_image(
-                self, f"{name}-image", BALANCER_BUILD, balancer.host, args.provider, args.guard
+                self, f"{name}-image", BALANCER_BUILD, balancer.host, args.guard
             )
             cleanups.append(cleanup)
         text = haproxy.balancer_config(settings, plan)
@@ -63,9 +62,7 @@ class Balancer(pulumi.ComponentResource):
             labels=containers.labels("balancer", balancer.host, None, balancer.port),
             destroy_grace_seconds=containers.STOP_GRACE_S,
             # Later configs arrive through `install` below and are reloaded in place.
-            opts=containers.child_opts(
-                self, args.provider, ignore_changes=["uploads"], depends_on=cleanups
-            ),
+            opts=containers.child_opts(self, ignore_changes=["uploads"], depends_on=cleanups),
         )
         env = balancer.host.docker_env
         self.install = command.local.Command(

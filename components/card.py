@@ -19,7 +19,6 @@ class NpuCardArgs:
     card: CardPlan
     vllm_image: pulumi.Input[str]
     paddlex_image: pulumi.Input[str]
-    provider: pulumi.ProviderResource | None = None
     drain: str = "true"
     """Shell command that takes the card's PaddleX instances out of service at the gateways and
     waits for their work in flight (`components.rollout.drain_command`)."""
@@ -49,7 +48,7 @@ class NpuCard(pulumi.ComponentResource):
         for vllm in args.card.vllm:
             server = VllmServer(
                 f"{name}-vllm-{vllm.index}",
-                VllmServerArgs(args.settings, vllm, args.vllm_image, args.provider, args.after),
+                VllmServerArgs(args.settings, vllm, args.vllm_image, args.after),
                 _slot_opts(self, f"{name}-vllm-{vllm.port}"),
             )
             self.vllm.append(server)
@@ -62,7 +61,6 @@ class NpuCard(pulumi.ComponentResource):
                             paddlex,
                             args.paddlex_image,
                             server,
-                            args.provider,
                             args.after,
                         ),
                         _slot_opts(self, f"{name}-paddlex-{paddlex.port}"),

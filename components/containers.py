@@ -85,16 +85,16 @@ def envs(values: dict[str, str]) -> list[str]:
 
 def child_opts(
     parent: pulumi.Resource,
-    provider: pulumi.ProviderResource | None,
     delete_before_replace: bool = True,
     **extra: Any,
 ):
-    """Options for a child container: parented, on its host's provider, by default deleted
+    """Options for a child container: parented (and so on the Docker provider of its parent's
+    opts: its host's), by default deleted
     before replaced (host networking: the old and new container cannot hold the same port at
     once, and Docker holds each name once). The gateway is the exception: it hands its port
     over (components/gateway.py)."""
     return pulumi.ResourceOptions(
-        parent=parent, provider=provider, delete_before_replace=delete_before_replace, **extra
+        parent=parent, delete_before_replace=delete_before_replace, **extra
     )
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -53,13 +54,31 @@ def check_environment(environ: Mapping[str, str]) -> None:
         )
 
 
-class Fleet:
-    """Builds every resource of the plan; `outputs()` gives the stack outputs."""
+FLEET_TYPE = "paddleocr-fleet:index:Fleet"
+HOST_IMAGES_TYPE = "paddleocr-fleet:fleet:HostImages"
 
-    def __init__(self, settings: FleetSettings, plan: FleetPlan):
+
+@dataclass
+class FleetArgs:
+    settings: FleetSettings
+    plan: FleetPlan
+
+
+class Fleet(pulumi.ComponentResource):
+    """Every resource of the plan, each a child of this component: the Docker provider of each
+    host, the stack's reference to its own last outputs, each host's images, the cards, the
+    gateways, the recyclers, the balancer and monitoring. `outputs()` gives the stack outputs.
+
+    Stacks deployed before the fleet was a component hold all of these at the stack's root;
+    each child carries an alias to its root URN (`moved_from_root`), which its own children
+    inherit, so such a stack's next update replaces nothing."""
+
+    def __init__(self, name: str, args: FleetArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(FLEET_TYPE, name, {}, opts)
+        settings, plan = args.settings, args.plan
         self.settings, self.plan = settings, plan
-        self.providers = {host.name: _provider(host) for host in plan.hosts}
-        previous = previous_topology()
+        self.providers = {host.name: self._docker_provider(host) for host in plan.hosts}
+        previous = previous_topology(self._child_opts())
         guard = port_guard(plan, previous)
         waits = previous.apply(
             lambda topology: rollout.card_waits(
@@ -67,7 +86,16 @@ class Fleet:
             )
         )
         self.images = {
-            host.name: HostImages(settings, host, self.providers[host.name], guard)
+            host.name: HostImages(
+                f"{host.name}-images",
+                HostImagesArgs(
+                    host,
+                    vllm=settings.vllm_image or host.kind.vllm_image,
+                    paddlex=settings.paddlex_image or host.kind.paddlex_image,
+                    guard=guard,
+                ),
+                self._host_opts(host, "-images", moved=False),
+            )
             for host in plan.hosts
             if plan.cards_of(host.name)
         }
@@ -91,12 +119,11 @@ class Fleet:
                     card,
                     vllm_image=images.vllm.image_id,
                     paddlex_image=images.paddlex.image_id,
-                    provider=self.providers[card.host.name],
                     drain=rollout.drain_command(plan, card, settings.drain_timeout, token_file),
                     undrain=rollout.undrain_command(plan, card, token_file),
                     after=waits.apply(after),
                 ),
-                _former_names(card.host, f"-card-{card.card}"),
+                self._host_opts(card.host, f"-card-{card.card}"),
             )
             self.cards.append(by_key[key])
         servers = [server for card in self.cards for server in card.paddlex]
@@ -104,7 +131,9 @@ class Fleet:
             instance: server.url.apply(lambda _, p=instance: render.gateway_upstream(p))
             for server, instance in zip(servers, plan.paddlex, strict=True)
         }
-        token = recycler.recycler_token(settings)
+        token = recycler.recycler_token(
+            settings, pulumi.ResourceOptions(parent=self, aliases=moved_from_root())
+        )
         admin_tokens = [] if token is None else [recycler.admin_token_entry(token)]
         self.gateways = [
             Gateway(
@@ -114,11 +143,10 @@ class Fleet:
                     gateway,
                     upstreams=[upstreams[p] for p in plan.paddlex_of(gateway)],
                     image=settings.gateway_image,
-                    provider=self.providers[gateway.host.name],
                     guard=guard,
                     admin_tokens=admin_tokens,
                 ),
-                _former_names(gateway.host, "-gateway"),
+                self._host_opts(gateway.host, "-gateway"),
             )
             for gateway in plan.gateways
         ]
@@ -128,14 +156,8 @@ class Fleet:
             host = plan.balancer.host
             self.balancer = Balancer(
                 f"{host.name}-balancer",
-                BalancerArgs(
-                    settings,
-                    plan,
-                    gateways=[g.url for g in self.gateways],
-                    provider=self.providers[host.name],
-                    guard=guard,
-                ),
-                _former_names(host, "-balancer"),
+                BalancerArgs(settings, plan, gateways=[g.url for g in self.gateways], guard=guard),
+                self._host_opts(host, "-balancer"),
             )
         self.monitoring: Monitoring | None = None
         if plan.monitoring is not None:
@@ -146,10 +168,44 @@ class Fleet:
                     settings,
                     plan,
                     waits=[server.url for card in self.cards for server in card.vllm],
-                    providers=self.providers,
+                    exporter_providers={
+                        h.name: self.providers[h.name]
+                        for h in plan.monitoring.exporter_hosts
+                        if h.name != host.name
+                    },
                     guard=guard,
                 ),
+                pulumi.ResourceOptions(
+                    parent=self, provider=self.providers[host.name], aliases=moved_from_root()
+                ),
             )
+        self.register_outputs({"providers": [p.urn for p in self.providers.values()]})
+
+    def _child_opts(self) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, aliases=moved_from_root())
+
+    def _docker_provider(self, host: HostPlan) -> docker.Provider:
+        """The provider keeps its URN through the aliases: a provider whose URN changed would
+        make every resource on it a replacement."""
+        return docker.Provider(
+            f"docker-{host.name}",
+            host=host.endpoint,
+            opts=pulumi.ResourceOptions(
+                parent=self, aliases=moved_from_root(f"docker-{old}" for old in host.former_names)
+            ),
+        )
+
+    def _host_opts(self, host: HostPlan, suffix: str, moved: bool = True) -> pulumi.ResourceOptions:
+        """A child on `host`'s Docker provider. A renamed host (`hosts[i].formerNames`) keeps
+        its resources: the old names are aliases, inherited by every child whose name starts
+        with its parent's. `moved`: it sat at the stack's root before the fleet was a
+        component (False: it is new since)."""
+        former = [f"{old}{suffix}" for old in host.former_names]
+        return pulumi.ResourceOptions(
+            parent=self,
+            provider=self.providers[host.name],
+            aliases=moved_from_root(former) if moved else [pulumi.Alias(name=n) for n in former],
+        )
 
     def _recyclers(
         self, token: pulumi.Output[str] | None, guard: pulumi.Output[str]
@@ -170,16 +226,9 @@ class Fleet:
                 recycler.Recycler(
                     f"{host.name}-recycler",
                     recycler.RecyclerArgs(
-                        self.settings,
-                        self.plan,
-                        host,
-                        image,
-                        token,
-                        self.providers[host.name],
-                        guard,
-                        waits,
+                        self.settings, self.plan, host, image, token, guard, waits
                     ),
-                    _former_names(host, "-recycler"),
+                    self._host_opts(host, "-recycler"),
                 )
             )
         return out
@@ -208,53 +257,65 @@ class Fleet:
         return outputs
 
 
-class HostImages:
+@dataclass
+class HostImagesArgs:
+    host: HostPlan
+    vllm: str
+    paddlex: str
+    guard: pulumi.Output[str]
+    """Resolves when the plan may be applied: no image is pulled before."""
+
+
+class HostImages(pulumi.ComponentResource):
     """The vLLM and PaddleX images of one host, each its own resource: a missing image is pulled
     once, with a timeout that fits images of many GB, before any container is created (not inside
-    each container's create). Kept on the host when the stack lets go of them."""
+    each container's create). Kept on the host when the stack lets go of them. On the Docker
+    provider of its opts."""
 
     PULL_TIMEOUT = "3h"
 
-    def __init__(
-        self,
-        settings: FleetSettings,
-        host: HostPlan,
-        provider: docker.Provider,
-        guard: pulumi.Output[str],
-    ):
-        kind = host.kind
-        vllm, paddlex = settings.vllm_image or kind.vllm_image, settings.paddlex_image
-        self.vllm = self._image(host, "vllm", vllm, provider, guard)
-        self.paddlex = self._image(host, "paddlex", paddlex or kind.paddlex_image, provider, guard)
+    def __init__(self, name: str, args: HostImagesArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(HOST_IMAGES_TYPE, name, {}, opts)
+        self.vllm = self._image(args, "vllm", args.vllm)
+        self.paddlex = self._image(args, "paddlex", args.paddlex)
+        self.register_outputs({"vllm": self.vllm.image_id, "paddlex": self.paddlex.image_id})
 
-    def _image(
-        self,
-        host: HostPlan,
-        role: str,
-        name: str,
-        provider: docker.Provider,
-        guard: pulumi.Output[str],
-    ) -> docker.RemoteImage:
+    def _image(self, args: HostImagesArgs, role: str, image: str) -> docker.RemoteImage:
+        host = args.host
         return docker.RemoteImage(
             f"{host.name}-{role}-image",
-            name=guard.apply(lambda _: name),
+            name=args.guard.apply(lambda _: image),
             keep_locally=True,
             platform=host.platform,
             opts=pulumi.ResourceOptions(
-                provider=provider,
+                parent=self,
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=self.PULL_TIMEOUT, update=self.PULL_TIMEOUT
                 ),
-                aliases=[pulumi.Alias(name=f"{old}-{role}-image") for old in host.former_names],
+                # the images sat at the stack's root before they had this component
+                aliases=moved_from_root(f"{old}-{role}-image" for old in host.former_names),
             ),
         )
 
 
-def previous_topology() -> pulumi.Output[Any]:
+def moved_from_root(former_names: Iterable[str] = ()) -> list[pulumi.Alias]:
+    """The aliases of a child of the fleet that sat at the stack's root before the fleet was a
+    component: there under its name or a former one (a renamed host), and under a former name
+    here. Its own children inherit them (the engine derives their old URNs from their parent's
+    aliases)."""
+    former = list(former_names)
+    return [
+        pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE),
+        *(pulumi.Alias(name=name, parent=pulumi.ROOT_STACK_RESOURCE) for name in former),
+        *(pulumi.Alias(name=name) for name in former),
+    ]
+
+
+def previous_topology(opts: pulumi.ResourceOptions | None = None) -> pulumi.Output[Any]:
     """This stack's own `topology` output as its last update left it (None on a new stack):
     what runs now, before this update changes it."""
     stack = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
-    previous = pulumi.StackReference(f"{pulumi.get_stack()}-previous", stack_name=stack)
+    previous = pulumi.StackReference(f"{pulumi.get_stack()}-previous", stack_name=stack, opts=opts)
     return previous.get_output("topology")
 
 
@@ -277,21 +338,3 @@ def port_guard(plan: FleetPlan, previous: pulumi.Output[Any]) -> pulumi.Output[s
         return ""
 
     return previous.apply(check)
-
-
-def _provider(host: HostPlan) -> docker.Provider:
-    return docker.Provider(
-        f"docker-{host.name}",
-        host=host.endpoint,
-        opts=pulumi.ResourceOptions(
-            aliases=[pulumi.Alias(name=f"docker-{old}") for old in host.former_names]
-        ),
-    )
-
-
-def _former_names(host: HostPlan, suffix: str) -> pulumi.ResourceOptions:
-    """A renamed host (`hosts[i].formerNames`) keeps its resources: the old names are aliases,
-    inherited by every child whose name starts with its parent's."""
-    return pulumi.ResourceOptions(
-        aliases=[pulumi.Alias(name=f"{old}{suffix}") for old in host.former_names]
-    )

@@ -37,7 +37,6 @@ class GatewayArgs:
     """One entry per PaddleX server, each resolving once that server is ready."""
     image: pulumi.Input[str] | None = None
     """A prebuilt image; None builds `gateway/Dockerfile` on the gateway's host."""
-    provider: pulumi.ProviderResource | None = None
     guard: pulumi.Output[str] | None = None
     """Resolves when the plan may be applied; the image build waits for it."""
     admin_tokens: list[pulumi.Output[dict[str, str]]] = field(default_factory=list)
@@ -54,7 +53,7 @@ class Gateway(pulumi.ComponentResource):
         image, cleanups = args.image, []
         if image is None:
             image, cleanup = build_image(
-                self, f"{name}-image", GATEWAY_BUILD, gateway.host, args.provider, args.guard
+                self, f"{name}-image", GATEWAY_BUILD, gateway.host, args.guard
             )
             cleanups.append(cleanup)
         entries = pulumi.Output.all(*args.upstreams).apply(list)
@@ -63,7 +62,7 @@ class Gateway(pulumi.ComponentResource):
         if gateway.keeper is not None:
             self.keeper = SliceKeeper(
                 f"{name}-keeper",
-                SliceKeeperArgs(gateway.keeper, entries, image, args.provider, cleanups),
+                SliceKeeperArgs(gateway.keeper, entries, image, cleanups),
                 pulumi.ResourceOptions(parent=self),
             )
             waits.append(self.keeper.installed)  # new instances reach it before the gateway
@@ -110,7 +109,6 @@ class Gateway(pulumi.ComponentResource):
             # before the old one is deleted: the listening sockets pass from one to the other.
             opts=containers.child_opts(
                 self,
-                args.provider,
                 delete_before_replace=False,
                 ignore_changes=["uploads"],
                 depends_on=cleanups,

@@ -29,7 +29,6 @@ class SliceKeeperArgs:
     upstreams: pulumi.Output[list[dict[str, Any]]]
     """The gateway's upstream entries (resolved once every PaddleX is ready)."""
     image: pulumi.Input[str]
-    provider: pulumi.ProviderResource | None = None
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     """What the container waits for (the image's cleanup command)."""
 
@@ -58,7 +57,7 @@ class SliceKeeper(pulumi.ComponentResource):
             destroy_grace_seconds=containers.STOP_GRACE_S,
             # Later configs arrive through `install` below and are read again in place.
             opts=containers.child_opts(
-                self, args.provider, ignore_changes=["uploads"], depends_on=args.depends_on
+                self, ignore_changes=["uploads"], depends_on=args.depends_on
             ),
         )
         self.installed = command.local.Command(

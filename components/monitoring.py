@@ -14,7 +14,8 @@ model, so a growing fleet raises no InstanceDown. The gateway's `/metrics` needs
 token when the stack has tokens: the `adminTokens` entry named `prometheus`, else the first,
 is uploaded into the container (a Pulumi secret).
 
-    monitoring = Monitoring("local-monitoring", MonitoringArgs(settings, plan, waits, provider))
+    monitoring = Monitoring("local-monitoring", MonitoringArgs(settings, plan, waits, providers),
+                            pulumi.ResourceOptions(provider=providers[host]))
     monitoring.url   # stack output `prometheus_url`
 """
 
@@ -117,8 +118,9 @@ class MonitoringArgs:
     plan: FleetPlan
     waits: list[pulumi.Output[Any]] = field(default_factory=list)
     """What the targets wait for (each vLLM's readiness): a target is written once it serves."""
-    providers: dict[str, pulumi.ProviderResource] = field(default_factory=dict)
-    """The Docker provider of each host, by name."""
+    exporter_providers: dict[str, pulumi.ProviderResource] = field(default_factory=dict)
+    """The Docker provider of each exporter host other than Prometheus' own, by name (its own
+    comes in the component's opts, which carry one provider per package)."""
     guard: pulumi.Output[str] | None = None
 
 
@@ -141,12 +143,11 @@ class Monitoring(pulumi.ComponentResource):
                     f"{name}-image" if host == monitoring.host else f"{name}-image-{host.name}",
                     PROMETHEUS_BUILD,
                     host,
-                    args.providers.get(host.name),
                     args.guard,
+                    args.exporter_providers.get(host.name),
                 )
                 images[host.name] = (built, [cleanup])
         image, depends = images[monitoring.host.name]
-        provider = args.providers.get(monitoring.host.name)
         data_dir = (
             settings.prometheus_data_dir
             or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/prometheus"
@@ -166,7 +167,7 @@ class Monitoring(pulumi.ComponentResource):
             ],
             labels=containers.labels("prometheus", monitoring.host, None, monitoring.port),
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            opts=containers.child_opts(self, provider, depends_on=depends),
+            opts=containers.child_opts(self, depends_on=depends),
         )
         self.exporters = [
             docker.Container(
@@ -184,7 +185,9 @@ class Monitoring(pulumi.ComponentResource):
                 ],
                 labels=containers.labels("exporter", host, None, monitoring.exporter_port),
                 opts=containers.child_opts(
-                    self, args.providers.get(host.name), depends_on=images[host.name][1]
+                    self,
+                    provider=args.exporter_providers.get(host.name),
+                    depends_on=images[host.name][1],
                 ),
             )
             for host in monitoring.exporter_hosts

@@ -26,7 +26,6 @@ class PaddlexServerArgs:
     vllm: VllmServer
     """The vLLM the pipeline config names: the service starts once it is ready, and again
     whenever its container is replaced."""
-    provider: pulumi.ProviderResource | None = None
     after: pulumi.Input[list[pulumi.Resource]] | None = None
     """What the container waits for before it is created or replaced (the rollout's wave
     before this card's)."""
@@ -66,7 +65,7 @@ class PaddlexServer(pulumi.ComponentResource):
                 settings, paddlex.host, paddlex.card, kind.paddlex_mounts, kind.paddlex_shm_mb
             ),
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            opts=containers.child_opts(self, args.provider, depends_on=args.after),
+            opts=containers.child_opts(self, depends_on=args.after),
         )
         start = render.paddlex_start_command(settings, paddlex)
         stop = render.paddlex_stop_command(paddlex)

@@ -14,7 +14,8 @@ Its config is the file `render_config` gives; a changed config replaces the cont
 nothing but counts since its start: gateway/recycler/counters.py).
 
     token = recycler_token(settings)       # None when the gateway takes no tokens
-    Recycler("local-recycler", RecyclerArgs(settings, plan, host, image, token, provider))
+    Recycler("local-recycler", RecyclerArgs(settings, plan, host, image, token),
+             pulumi.ResourceOptions(provider=provider))
 """
 
 from __future__ import annotations
@@ -134,7 +135,6 @@ class RecyclerArgs:
     image: pulumi.Input[str] | None
     """The gateway's image on this host; None builds it here (a host without a gateway)."""
     token: pulumi.Output[str] | None
-    provider: pulumi.ProviderResource | None = None
     guard: pulumi.Output[str] | None = None
     """Resolves when the plan may be applied; an image build waits for it."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
@@ -149,9 +149,7 @@ class Recycler(pulumi.ComponentResource):
         if image is None:
             from components.gateway import GATEWAY_BUILD
 
-            image, cleanup = build_image(
-                self, f"{name}-image", GATEWAY_BUILD, host, args.provider, args.guard
-            )
+            image, cleanup = build_image(self, f"{name}-image", GATEWAY_BUILD, host, args.guard)
             waits.append(cleanup)
         config = render_config(args.settings, args.plan, host, args.token is not None)
         uploads = [
@@ -183,6 +181,6 @@ class Recycler(pulumi.ComponentResource):
                 if label.label != containers.PORT_LABEL  # it listens on no port
             ],
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            opts=containers.child_opts(self, args.provider, depends_on=waits),
+            opts=containers.child_opts(self, depends_on=waits),
         )
         self.register_outputs({"container": self.container.name})

@@ -18,7 +18,6 @@ class VllmServerArgs:
     settings: FleetSettings
     instance: VllmInstance
     image: pulumi.Input[str]
-    provider: pulumi.ProviderResource | None = None
     after: pulumi.Input[list[pulumi.Resource]] | None = None
     """What the container waits for before it is created or replaced (the rollout's wave
     before this card's)."""
@@ -55,7 +54,7 @@ class VllmServer(pulumi.ComponentResource):
                 settings, vllm.host, vllm.card, kind.vllm_mounts, kind.vllm_shm_mb
             ),
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            opts=containers.child_opts(self, args.provider, depends_on=args.after),
+            opts=containers.child_opts(self, depends_on=args.after),
         )
         self.started = containers.last_started(self.container, vllm.container_name, vllm.host)
         self.ready = command.local.Command(

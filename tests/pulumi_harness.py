@@ -50,6 +50,8 @@ class Registration:
     ignore_changes: list[str]
     aliases: list[str] = field(default_factory=list)
     """The names of the aliases given (by spec, as the engine receives them)."""
+    root_aliases: list[str] = field(default_factory=list)
+    """The names of the aliases that say the resource had no parent ('' for its own name)."""
 
 
 @dataclass
@@ -130,6 +132,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                     delete_before_replace=request.deleteBeforeReplace,
                     ignore_changes=list(request.ignoreChanges),
                     aliases=[a.spec.name for a in request.aliases if a.spec.name],
+                    root_aliases=[a.spec.name for a in request.aliases if a.spec.noParent],
                 )
             )
         return response

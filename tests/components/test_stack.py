@@ -51,13 +51,15 @@ def test_resource_counts(cards, vllm, paddlex):
     assert len(recording.of_type(REMOTE_IMAGE)) == 2  # the vLLM and the PaddleX image
     assert len(recording.of_type(PROVIDER)) == 1
     components = {
-        t: 0 for t in ("NpuCard", "VllmServer", "PaddlexServer", "Gateway", "SliceKeeper")
+        t: 0
+        for t in ("HostImages", "NpuCard", "VllmServer", "PaddlexServer", "Gateway", "SliceKeeper")
     }
     for r in recording.resources:
         kind = r.type.rsplit(":", 1)[-1]
         if r.type.startswith("paddleocr-fleet:fleet:"):
             components[kind] += 1
     assert components == {
+        "HostImages": 1,
         "NpuCard": cards,
         "VllmServer": vllm,
         "PaddlexServer": paddlex,
@@ -323,8 +325,47 @@ def test_renamed_host_keeps_its_resources_through_aliases():
     hosts = [{"name": "npu-b", "endpoint": "ssh://ops@npu-a", "cards": 1, "formerNames": ["npu-a"]}]
     recording = record_stack({"hosts": json.dumps(hosts)})
     card = next(r for r in recording.resources if r.name == "npu-b-card-0")
-    assert card.aliases == ["npu-a-card-0"]
-    assert recording.named("docker-npu-b").aliases == ["docker-npu-a"]
+    # under the fleet, and at the stack's root where stacks before the component held it
+    assert card.aliases == ["npu-a-card-0", "npu-a-card-0"]
+    assert card.root_aliases == ["", "npu-a-card-0"]
+    assert recording.named("docker-npu-b").root_aliases == ["", "docker-npu-a"]
+    images = next(r for r in recording.resources if r.name == "npu-b-images")
+    assert images.aliases == ["npu-a-images"] and not images.root_aliases  # new: never at the root
+    assert recording.named("npu-b-vllm-image").root_aliases == ["", "npu-a-vllm-image"]
+
+
+def test_the_fleet_component_holds_every_resource_and_its_children_were_at_the_root():
+    """Each resource descends from the one `Fleet`; each of its children but `HostImages` (new
+    with it) says it sat at the stack's root, where stacks deployed before held it (their
+    children inherit that: tests/e2e/test_component_aliases.py runs it on the engine)."""
+    secrets = {"adminTokens": json.dumps({"ops": "a" * 32})}
+    recording = record_stack(
+        {"recycle": json.dumps({"maxDocuments": 100}), "monitoring": "true", **TWO_HOSTS},
+        secrets=secrets,
+    )
+    (fleet,) = recording.of_type("paddleocr-fleet:index:Fleet")
+    assert fleet.parent.endswith("pulumi:pulumi:Stack::paddleocr-fleet-test")
+    children = [r for r in recording.resources if r.parent == fleet.urn]
+    assert {r.type for r in children} >= {
+        PROVIDER,  # (the stack reference is a read, which the mocks do not record)
+        COMMAND,  # the recyclers' token
+        "paddleocr-fleet:fleet:HostImages",
+        "paddleocr-fleet:fleet:NpuCard",
+        "paddleocr-fleet:fleet:Gateway",
+        "paddleocr-fleet:fleet:Recycler",
+        "paddleocr-fleet:fleet:Monitoring",
+    }
+    for child in children:
+        assert ("" in child.root_aliases) == (child.type != "paddleocr-fleet:fleet:HostImages")
+    by_urn = {r.urn: r for r in recording.resources}
+    for r in recording.resources:
+        chain = r
+        while chain.parent in by_urn:
+            chain = by_urn[chain.parent]
+        assert chain is fleet, f"{r.type} {r.name} is not under the fleet"
+    for image in recording.of_type(REMOTE_IMAGE):
+        assert by_urn[image.parent].type == "paddleocr-fleet:fleet:HostImages"
+        assert "" in image.root_aliases
 
 
 TWO_HOSTS = {
