@@ -9,7 +9,7 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components.plan import HostPlan
-from components.render import MODEL_DIR_IN_CONTAINER, container_started_command
+from components.render.common import MODEL_DIR_IN_CONTAINER, container_started_command
 from components.settings import FleetSettings
 
 ROLE_LABEL = "paddleocr-fleet.role"

@@ -10,13 +10,15 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
-from components import recycler, render, rollout
+from components import recycler, rollout
 from components.access import check_access
 from components.balancer import Balancer, BalancerArgs
 from components.card import NpuCard, NpuCardArgs
 from components.gateway import Gateway, GatewayArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.plan import FleetPlan, HostPlan, port_clashes, topology_ports
+from components.render.gateway import gateway_settings, gateway_upstream
+from components.render.topology import topology as topology_output
 from components.settings import ConfigError, FleetSettings, load_settings
 
 
@@ -99,7 +101,7 @@ class Fleet(pulumi.ComponentResource):
             for host in plan.hosts
             if plan.cards_of(host.name)
         }
-        token_file = render.gateway_settings(settings).auth.local_token_file
+        token_file = gateway_settings(settings).auth.local_token_file
         self.cards: list[NpuCard] = []
         by_key: dict[rollout.CardKey, NpuCard] = {}
         for card in plan.cards:
@@ -128,7 +130,7 @@ class Fleet(pulumi.ComponentResource):
             self.cards.append(by_key[key])
         servers = [server for card in self.cards for server in card.paddlex]
         upstreams = {
-            instance: server.url.apply(lambda _, p=instance: render.gateway_upstream(p))
+            instance: server.url.apply(lambda _, p=instance: gateway_upstream(p))
             for server, instance in zip(servers, plan.paddlex, strict=True)
         }
         token = recycler.recycler_token(
@@ -250,7 +252,7 @@ class Fleet(pulumi.ComponentResource):
         plan_names = [g.container_name for g in self.plan.gateways]
         stack = pulumi.get_stack()
         outputs["topology"] = pulumi.Output.all(*(g.container_name for g in self.gateways)).apply(
-            lambda names: render.topology(
+            lambda names: topology_output(
                 self.settings, self.plan, stack, dict(zip(plan_names, names, strict=True))
             )
         )

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-import pulumi_command as command
 import pulumi_docker as docker
 
-from components import containers, render
+from components import containers
+from components.configured import ConfiguredSpec, configured_container
 from components.images import BuildSpec, build_image
 from components.keeper import SliceKeeper, SliceKeeperArgs
 from components.plan import GatewayPlan
+from components.render import gateway as render
 from components.settings import FleetSettings
 
 GATEWAY_BUILD = BuildSpec(context="gateway", repository="paddleocr-fleet/gateway")
@@ -86,56 +87,44 @@ class Gateway(pulumi.ComponentResource):
                 "labels": {label.label: label.value for label in labels},
             }
         )
-        self.container = docker.Container(
+        service = configured_container(
+            self,
             name,
-            name=generation.apply(lambda g: render.gateway_container_name(gateway, g)),
-            image=image,
-            network_mode="host",
-            restart="unless-stopped",
-            entrypoints=argv[:1],
-            command=argv[1:],
-            envs=envs,
-            volumes=[
-                docker.ContainerVolumeArgs(
-                    host_path=jobs_dir, container_path=render.JOBS_DIR_IN_CONTAINER
-                )
-            ],
-            uploads=[
-                docker.ContainerUploadArgs(file=gateway.config_path, content=self.config_json)
-            ],
-            labels=labels,
-            destroy_grace_seconds=containers.STOP_GRACE_S,
-            # Later configs arrive through `install` below and are reloaded in place. Created
-            # before the old one is deleted: the listening sockets pass from one to the other.
-            opts=containers.child_opts(
-                self,
-                delete_before_replace=False,
-                ignore_changes=["uploads"],
-                depends_on=cleanups,
+            ConfiguredSpec(
+                container_name=generation.apply(
+                    lambda g: render.gateway_container_name(gateway, g)
+                ),
+                image=image,
+                argv=argv,
+                envs=envs,
+                labels=labels,
+                config_path=gateway.config_path,
+                config=self.config_json,
+                install_command=lambda c: render.gateway_config_install_command(gateway, c),
+                ready_command=lambda c: render.gateway_ready_command(gateway, c),
+                docker_env=gateway.host.docker_env,
+                container_args={
+                    "volumes": [
+                        docker.ContainerVolumeArgs(
+                            host_path=jobs_dir, container_path=render.JOBS_DIR_IN_CONTAINER
+                        )
+                    ]
+                },
             ),
+            depends_on=cleanups,
+            install_waits=waits,
+            # Created before the old one is deleted: the listening sockets pass from one to
+            # the other.
+            delete_before_replace=False,
+        )
+        self.container, self.install, self.ready = (
+            service.container,
+            service.install,
+            service.ready,
         )
         self.container_name: pulumi.Output[str] = self.container.name
         self.image, self.cleanups = image, cleanups
         """The image, for the recyclers of its host (components/recycler.py), and what a
         container of it waits for."""
-        self.install = command.local.Command(
-            f"{name}-config",
-            create=self.container.name.apply(
-                lambda container: render.gateway_config_install_command(gateway, container)
-            ),
-            stdin=self.config_json,
-            environment=gateway.host.docker_env,
-            triggers=[self.container.id, self.config_json.apply(render.content_hash)],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.container, *waits]),
-        )
-        self.ready = command.local.Command(
-            f"{name}-ready",
-            create=self.container.name.apply(
-                lambda container: render.gateway_ready_command(gateway, container)
-            ),
-            environment=gateway.host.docker_env,
-            triggers=[self.container.id],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.install]),
-        )
         self.url = self.ready.stdout.apply(lambda _: gateway.url)
         self.register_outputs({"url": self.url, "config": self.config_json.apply(json.loads)})

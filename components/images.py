@@ -15,8 +15,8 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components import render
 from components.plan import HostPlan
+from components.render import common as render
 
 
 @dataclass(frozen=True)

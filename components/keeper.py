@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-import pulumi_command as command
-import pulumi_docker as docker
 
-from components import containers, render
+from components import containers
+from components.configured import ConfiguredSpec, configured_container
 from components.plan import KeeperPlan
+from components.render import keeper as render
+from components.render.common import config_install_command
 
 
 @dataclass
@@ -41,39 +42,27 @@ class SliceKeeper(pulumi.ComponentResource):
     ):
         super().__init__("paddleocr-fleet:fleet:SliceKeeper", name, {}, opts)
         keeper = args.plan
-        config_json = args.upstreams.apply(render.keeper_config_json)
-        argv = render.keeper_argv(keeper)
-        self.container = docker.Container(
+        service = configured_container(
+            self,
             name,
-            name=keeper.container_name,
-            image=args.image,
-            network_mode="host",
-            restart="unless-stopped",
-            entrypoints=argv[:1],
-            command=argv[1:],
-            envs=[f"GATEWAY_PORT={keeper.port}"],  # the image's healthcheck probes its /health
-            uploads=[docker.ContainerUploadArgs(file=keeper.config_path, content=config_json)],
-            labels=containers.labels("keeper", keeper.host, None, keeper.port),
-            destroy_grace_seconds=containers.STOP_GRACE_S,
-            # Later configs arrive through `install` below and are read again in place.
-            opts=containers.child_opts(
-                self, ignore_changes=["uploads"], depends_on=args.depends_on
+            ConfiguredSpec(
+                container_name=keeper.container_name,
+                image=args.image,
+                argv=render.keeper_argv(keeper),
+                envs=[f"GATEWAY_PORT={keeper.port}"],  # the image's healthcheck probes /health
+                labels=containers.labels("keeper", keeper.host, None, keeper.port),
+                config_path=keeper.config_path,
+                config=args.upstreams.apply(render.keeper_config_json),
+                install_command=lambda c: config_install_command(c, keeper.config_path),
+                ready_command=lambda _: render.keeper_ready_command(keeper),
+                docker_env=keeper.host.docker_env,
             ),
+            depends_on=args.depends_on,
         )
-        self.installed = command.local.Command(
-            f"{name}-config",
-            create=render.config_install_command(keeper.container_name, keeper.config_path),
-            stdin=config_json,
-            environment=keeper.host.docker_env,
-            triggers=[self.container.id, config_json.apply(render.content_hash)],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.container]),
-        )
-        self.ready = command.local.Command(
-            f"{name}-ready",
-            create=render.keeper_ready_command(keeper),
-            environment=keeper.host.docker_env,
-            triggers=[self.container.id],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.installed]),
+        self.container, self.installed, self.ready = (
+            service.container,
+            service.install,
+            service.ready,
         )
         self.url = self.ready.stdout.apply(lambda _: keeper.local_url)
         self.register_outputs({"url": self.url})

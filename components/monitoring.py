@@ -29,9 +29,10 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components import containers, render
+from components import containers
 from components.images import BuildSpec, build_image
 from components.plan import FleetPlan, HostPlan, MonitoringPlan
+from components.render import common as render
 from components.settings import ConfigError, FleetSettings
 
 PROMETHEUS_BUILD = BuildSpec(context="monitoring", repository="paddleocr-fleet/prometheus")

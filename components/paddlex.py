@@ -9,8 +9,10 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components import containers, render
+from components import containers
 from components.plan import PaddlexInstance
+from components.render import paddlex as render
+from components.render.common import content_hash
 from components.settings import FleetSettings
 from components.vllm import VllmServer
 
@@ -89,7 +91,7 @@ class PaddlexServer(pulumi.ComponentResource):
             triggers=[
                 self.container.id,
                 args.vllm.container.id,
-                render.content_hash(start + stop),
+                content_hash(start + stop),
             ],
             opts=pulumi.ResourceOptions(
                 parent=self,

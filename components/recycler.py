@@ -29,10 +29,11 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components import containers, render, rollout
+from components import containers, rollout
 from components.access import sha256_hex
 from components.images import build_image
 from components.plan import CONFIG_DIR_IN_CONTAINER, FleetPlan, GatewayPlan, HostPlan
+from components.render import gateway as render
 from components.settings import RECYCLER_TOKEN_NAME, FleetSettings
 
 CONFIG_PATH = f"{CONFIG_DIR_IN_CONTAINER}/recycler.json"

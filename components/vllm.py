@@ -8,8 +8,9 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components import containers, render
+from components import containers
 from components.plan import VllmInstance
+from components.render import vllm as render
 from components.settings import FleetSettings
 
 
