@@ -19,21 +19,32 @@ from components.monitoring import Monitoring, MonitoringArgs
 from components.plan import FleetPlan, HostPlan, port_clashes, topology_ports
 from components.render.gateway import gateway_settings, gateway_upstream
 from components.render.topology import topology as topology_output
-from components.settings import ConfigError, FleetSettings, load_settings
+from components.settings import KNOWN_KEYS, ConfigError, FleetSettings, load_settings
 
 
-def read_settings() -> FleetSettings:
-    """All of this project's config values, validated once (raises `ConfigError`)."""
-    from pulumi.runtime import config as runtime_config
+def read_settings(config: pulumi.Config | None = None) -> FleetSettings:
+    """All of this project's config values, validated once (raises `ConfigError`).
 
-    prefix = f"{pulumi.get_project()}:"
-    raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    values = {k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)}
-    secrets = {k for k in values if runtime_config.is_config_secret(prefix + k)}
+    Each key is read through `pulumi.Config` (default: the project's namespace), as the string
+    Pulumi stores (structured values as JSON text, decoded by `load_settings`). `pulumi.Config`
+    reads the keys it is asked for and lists none, so the keys the stack sets beyond the known
+    ones come from the config the engine hands the program: `load_settings` names such a key
+    (a typo) instead of ignoring it."""
+    config = config or pulumi.Config()
+    keys = KNOWN_KEYS | stack_config_keys(config.name)
+    values = {key: value for key in sorted(keys) if (value := config.get(key)) is not None}
+    secrets = {key for key in values if pulumi.runtime.is_config_secret(config.full_key(key))}
     settings = load_settings(values, secret_keys=secrets)
     check_access(settings)
     check_environment(os.environ)
     return settings
+
+
+def stack_config_keys(namespace: str) -> set[str]:
+    """The keys of `namespace` the stack's config sets (the engine hands the program its config
+    in PULUMI_CONFIG, `pulumi.runtime.get_config_env`)."""
+    prefix = f"{namespace}:"
+    return {k.removeprefix(prefix) for k in pulumi.runtime.get_config_env() if k.startswith(prefix)}
 
 
 def check_environment(environ: Mapping[str, str]) -> None:

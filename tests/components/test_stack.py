@@ -544,3 +544,26 @@ def test_the_keeper_runs_the_gateways_image_and_learns_of_new_instances_first():
     assert not [r for r in off.resources if "keeper" in r.name]
     config = json.loads(off.named("local-gateway-config").inputs["stdin"])
     assert "keeper" not in config["upstreams"][0]
+
+
+def test_a_key_the_program_does_not_know_is_named_not_ignored():
+    """The settings are read key by key through `pulumi.Config`; a key it was not asked for (a
+    typo) still fails the stack, named, before any resource."""
+    recording = Recording()
+    with pytest.raises(ConfigError, match="config key 'card': unknown setting; did you mean"):
+        record_stack({"card": "2"}, recording=recording)
+    assert recording.resources == []
+
+
+def test_settings_are_read_through_pulumi_config(monkeypatch):
+    asked: list[str] = []
+    original = pulumi.Config.get
+
+    def get(self, key, default=None):
+        asked.append(self.full_key(key))
+        return original(self, key, default)
+
+    monkeypatch.setattr(pulumi.Config, "get", get)
+    recording = record_stack({"cards": "3"})
+    assert "paddleocr-fleet:cards" in asked
+    assert len([r for r in recording.resources if r.type == "paddleocr-fleet:fleet:NpuCard"]) == 3
