@@ -14,16 +14,18 @@ import pulumi
 from components import containers, haproxy
 from components.configured import ConfiguredSpec, configured_container
 from components.images import BuildSpec, build_image
-from components.plan import FleetPlan
-from components.settings import FleetSettings
+from components.plan import BalancerPlan
 
 BALANCER_BUILD = BuildSpec(context="config/balancer", repository="paddleocr-fleet/balancer")
 
 
 @dataclass
 class BalancerArgs:
-    settings: FleetSettings
-    plan: FleetPlan
+    plan: BalancerPlan
+    config: str
+    """HAProxy's config (`haproxy.balancer_config`)."""
+    image: str | None
+    """A prebuilt image; None builds `config/balancer/Dockerfile` on the balancer's host."""
     gateways: list[pulumi.Output[str]]
     """Each gateway's URL, resolving once that gateway is ready."""
     guard: pulumi.Output[str] | None = None
@@ -36,16 +38,15 @@ class Balancer(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: BalancerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("paddleocr-fleet:fleet:Balancer", name, {}, opts)
-        settings, plan = args.settings, args.plan
-        balancer = haproxy.balancer_of(plan)
-        image: pulumi.Input[str] | None = settings.balancer_settings.image
+        balancer = args.plan
+        image: pulumi.Input[str] | None = args.image
         cleanups = []
         if image is None:
             image, cleanup = build_image(
                 self, f"{name}-image", BALANCER_BUILD, balancer.host, args.guard
             )
             cleanups.append(cleanup)
-        text = haproxy.balancer_config(settings, plan)
+        text = args.config
         self.config = pulumi.Output.all(*args.gateways).apply(lambda _: text)
         service = configured_container(
             self,

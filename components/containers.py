@@ -10,7 +10,6 @@ import pulumi_docker as docker
 
 from components.plan import HostPlan
 from components.render.common import MODEL_DIR_IN_CONTAINER, container_started_command
-from components.settings import FleetSettings
 
 ROLE_LABEL = "paddleocr-fleet.role"
 STOP_GRACE_S = 30
@@ -21,7 +20,7 @@ STACK_LABEL = "paddleocr-fleet.stack"
 
 
 def accelerator_args(
-    settings: FleetSettings,
+    model_dir: str,
     host: HostPlan,
     card: int,
     mounts: tuple[tuple[str, str], ...],
@@ -36,9 +35,7 @@ def accelerator_args(
             for node in kind.device_nodes(card)
         ],
         "volumes": [
-            docker.ContainerVolumeArgs(
-                host_path=settings.model_dir, container_path=MODEL_DIR_IN_CONTAINER
-            ),
+            docker.ContainerVolumeArgs(host_path=model_dir, container_path=MODEL_DIR_IN_CONTAINER),
             *(
                 docker.ContainerVolumeArgs(host_path=src, container_path=dst, read_only=True)
                 for src, dst in mounts

@@ -10,14 +10,20 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
-from components import recycler, rollout
+from components import haproxy, recycler, rollout
 from components.access import check_access
 from components.balancer import Balancer, BalancerArgs
-from components.card import NpuCard, NpuCardArgs
+from components.card import NpuCard, NpuCardArgs, card_launches
 from components.gateway import Gateway, GatewayArgs
-from components.monitoring import Monitoring, MonitoringArgs
+from components.monitoring import (
+    Monitoring,
+    MonitoringArgs,
+    prometheus_argv,
+    scrape_targets,
+    scrape_token,
+)
 from components.plan import FleetPlan, HostPlan, port_clashes, topology_ports
-from components.render.gateway import gateway_settings, gateway_upstream
+from components.render.gateway import gateway_base_config, gateway_settings, gateway_upstream
 from components.render.topology import topology as topology_output
 from components.settings import KNOWN_KEYS, ConfigError, FleetSettings, load_settings
 
@@ -128,8 +134,8 @@ class Fleet(pulumi.ComponentResource):
             by_key[key] = NpuCard(
                 f"{card.host.name}-card-{card.card}",
                 NpuCardArgs(
-                    settings,
                     card,
+                    *card_launches(settings, card),
                     vllm_image=images.vllm.image_id,
                     paddlex_image=images.paddlex.image_id,
                     drain=rollout.drain_command(plan, card, settings.drain_timeout, token_file),
@@ -152,8 +158,10 @@ class Fleet(pulumi.ComponentResource):
             Gateway(
                 f"{gateway.host.name}-gateway",
                 GatewayArgs(
-                    settings,
                     gateway,
+                    base_config=gateway_base_config(settings),
+                    jobs_dir=settings.gateway_jobs_dir
+                    or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/jobs",
                     upstreams=[upstreams[p] for p in plan.paddlex_of(gateway)],
                     image=settings.gateway_image,
                     guard=guard,
@@ -169,7 +177,13 @@ class Fleet(pulumi.ComponentResource):
             host = plan.balancer.host
             self.balancer = Balancer(
                 f"{host.name}-balancer",
-                BalancerArgs(settings, plan, gateways=[g.url for g in self.gateways], guard=guard),
+                BalancerArgs(
+                    plan.balancer,
+                    config=haproxy.balancer_config(settings, plan),
+                    image=settings.balancer_settings.image,
+                    gateways=[g.url for g in self.gateways],
+                    guard=guard,
+                ),
                 self._host_opts(host, "-balancer"),
             )
         self.monitoring: Monitoring | None = None
@@ -178,8 +192,13 @@ class Fleet(pulumi.ComponentResource):
             self.monitoring = Monitoring(
                 f"{host.name}-monitoring",
                 MonitoringArgs(
-                    settings,
-                    plan,
+                    plan.monitoring,
+                    targets=scrape_targets(plan),
+                    argv=prometheus_argv(settings, plan.monitoring),
+                    token=scrape_token(settings),
+                    image=settings.prometheus_image,
+                    data_dir=settings.prometheus_data_dir
+                    or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/prometheus",
                     waits=[server.url for card in self.cards for server in card.vllm],
                     exporter_providers={
                         h.name: self.providers[h.name]
@@ -239,7 +258,15 @@ class Fleet(pulumi.ComponentResource):
                 recycler.Recycler(
                     f"{host.name}-recycler",
                     recycler.RecyclerArgs(
-                        self.settings, self.plan, host, image, token, guard, waits
+                        host,
+                        recycler.render_config(
+                            self.settings, self.plan, host, with_token=token is not None
+                        ),
+                        recycler.container_name(self.settings, host),
+                        image,
+                        token,
+                        guard,
+                        waits,
                     ),
                     self._host_opts(host, "-recycler"),
                 )

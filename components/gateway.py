@@ -25,15 +25,19 @@ from components.images import BuildSpec, build_image
 from components.keeper import SliceKeeper, SliceKeeperArgs
 from components.plan import GatewayPlan
 from components.render import gateway as render
-from components.settings import FleetSettings
+from components.render.gateway import config_json as render_config
+from components.render.gateway import config_with_upstreams
 
 GATEWAY_BUILD = BuildSpec(context="gateway", repository="paddleocr-fleet/gateway")
 
 
 @dataclass
 class GatewayArgs:
-    settings: FleetSettings
     plan: GatewayPlan
+    base_config: dict[str, Any]
+    """The config before its upstreams (`render.gateway.gateway_base_config`)."""
+    jobs_dir: str
+    """The host folder of its jobs (`gatewayJobsDir`)."""
     upstreams: list[pulumi.Output[dict[str, Any]]]
     """One entry per PaddleX server, each resolving once that server is ready."""
     image: pulumi.Input[str] | None = None
@@ -50,7 +54,7 @@ class Gateway(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("paddleocr-fleet:fleet:Gateway", name, {}, opts)
-        settings, gateway = args.settings, args.plan
+        gateway, jobs_dir = args.plan, args.jobs_dir
         image, cleanups = args.image, []
         if image is None:
             image, cleanup = build_image(
@@ -68,15 +72,12 @@ class Gateway(pulumi.ComponentResource):
             )
             waits.append(self.keeper.installed)  # new instances reach it before the gateway
         self.config_json = pulumi.Output.all(entries, *args.admin_tokens).apply(
-            lambda found: render.gateway_config_json(
-                settings, found[0], gateway.keeper, list(found[1:])
+            lambda found: render_config(
+                config_with_upstreams(args.base_config, found[0], gateway.keeper, list(found[1:]))
             )
         )
         argv = render.gateway_argv(gateway)
         envs = [f"GATEWAY_PORT={gateway.port}"]  # the image's healthcheck probes it
-        jobs_dir = (
-            settings.gateway_jobs_dir or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/jobs"
-        )
         labels = containers.labels("gateway", gateway.host, None, gateway.port)
         generation = pulumi.Output.from_input(image).apply(
             lambda image_id: {

@@ -14,8 +14,9 @@ model, so a growing fleet raises no InstanceDown. The gateway's `/metrics` needs
 token when the stack has tokens: the `adminTokens` entry named `prometheus`, else the first,
 is uploaded into the container (a Pulumi secret).
 
-    monitoring = Monitoring("local-monitoring", MonitoringArgs(settings, plan, waits, providers),
-                            pulumi.ResourceOptions(provider=providers[host]))
+    args = MonitoringArgs(plan.monitoring, scrape_targets(plan),
+                          prometheus_argv(settings, plan.monitoring), scrape_token(settings), ...)
+    monitoring = Monitoring("local-monitoring", args, pulumi.ResourceOptions(provider=provider))
     monitoring.url   # stack output `prometheus_url`
 """
 
@@ -115,8 +116,17 @@ def prometheus_argv(settings: FleetSettings, monitoring: MonitoringPlan) -> list
 
 @dataclass
 class MonitoringArgs:
-    settings: FleetSettings
-    plan: FleetPlan
+    plan: MonitoringPlan
+    targets: dict[str, list[dict[str, Any]]]
+    """The file-SD documents by role (`scrape_targets`)."""
+    argv: list[str]
+    """Prometheus' arguments (`prometheus_argv`)."""
+    token: str
+    """The admin token it reads the gateways' /metrics with (`scrape_token`; '' for none)."""
+    image: str | None
+    """A prebuilt image; None builds `monitoring/Dockerfile` on each of its hosts."""
+    data_dir: str
+    """The host folder of its data."""
     waits: list[pulumi.Output[Any]] = field(default_factory=list)
     """What the targets wait for (each vLLM's readiness): a target is written once it serves."""
     exporter_providers: dict[str, pulumi.ProviderResource] = field(default_factory=dict)
@@ -130,14 +140,11 @@ class Monitoring(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("paddleocr-fleet:fleet:Monitoring", name, {}, opts)
-        settings, plan = args.settings, args.plan
-        monitoring = plan.monitoring
-        assert monitoring is not None
-        token = scrape_token(settings)
+        monitoring, token = args.plan, args.token
         images: dict[str, tuple[pulumi.Input[str], list[pulumi.Resource]]] = {}
         for host in {h.name: h for h in (monitoring.host, *monitoring.exporter_hosts)}.values():
-            if settings.prometheus_image:
-                images[host.name] = (settings.prometheus_image, [])
+            if args.image:
+                images[host.name] = (args.image, [])
             else:
                 built, cleanup = build_image(
                     self,
@@ -149,17 +156,14 @@ class Monitoring(pulumi.ComponentResource):
                 )
                 images[host.name] = (built, [cleanup])
         image, depends = images[monitoring.host.name]
-        data_dir = (
-            settings.prometheus_data_dir
-            or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/prometheus"
-        )
+        data_dir = args.data_dir
         self.container = docker.Container(
             name,
             name=monitoring.container_name,
             image=image,
             network_mode="host",
             restart="unless-stopped",
-            command=prometheus_argv(settings, monitoring),
+            command=args.argv,
             volumes=[
                 docker.ContainerVolumeArgs(host_path=data_dir, container_path=DATA_DIR_IN_CONTAINER)
             ],
@@ -193,7 +197,7 @@ class Monitoring(pulumi.ComponentResource):
             )
             for host in monitoring.exporter_hosts
         ]
-        targets = pulumi.Output.all(*args.waits).apply(lambda _: scrape_targets(plan))
+        targets = pulumi.Output.all(*args.waits).apply(lambda _: args.targets)
         self.targets: list[command.local.Command] = []
         for role in ROLES:
             content = targets.apply(lambda t, r=role: json.dumps(t[r], indent=1) + "\n")

@@ -14,8 +14,9 @@ Its config is the file `render_config` gives; a changed config replaces the cont
 nothing but counts since its start: gateway/recycler/counters.py).
 
     token = recycler_token(settings)       # None when the gateway takes no tokens
-    Recycler("local-recycler", RecyclerArgs(settings, plan, host, image, token),
-             pulumi.ResourceOptions(provider=provider))
+    config = render_config(settings, plan, host, with_token=token is not None)
+    Recycler("local-recycler", RecyclerArgs(host, config, container_name(settings, host), image,
+             token), pulumi.ResourceOptions(provider=provider))
 """
 
 from __future__ import annotations
@@ -130,9 +131,10 @@ ARGV = ["python", "-m", "gateway.recycler", "--config", CONFIG_PATH]
 
 @dataclass
 class RecyclerArgs:
-    settings: FleetSettings
-    plan: FleetPlan
     host: HostPlan
+    config: dict[str, Any]
+    """Its config (`render_config`)."""
+    container_name: str
     image: pulumi.Input[str] | None
     """The gateway's image on this host; None builds it here (a host without a gateway)."""
     token: pulumi.Output[str] | None
@@ -152,7 +154,7 @@ class Recycler(pulumi.ComponentResource):
 
             image, cleanup = build_image(self, f"{name}-image", GATEWAY_BUILD, host, args.guard)
             waits.append(cleanup)
-        config = render_config(args.settings, args.plan, host, args.token is not None)
+        config = args.config
         uploads = [
             docker.ContainerUploadArgs(
                 file=CONFIG_PATH, content=json.dumps(config, indent=2, sort_keys=True) + "\n"
@@ -162,7 +164,7 @@ class Recycler(pulumi.ComponentResource):
             uploads.append(docker.ContainerUploadArgs(file=TOKEN_PATH, content=args.token))
         self.container = docker.Container(
             name,
-            name=container_name(args.settings, host),
+            name=args.container_name,
             image=image,
             network_mode="host",
             restart="unless-stopped",

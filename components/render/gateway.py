@@ -4,6 +4,7 @@ readiness wait."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -75,10 +76,28 @@ def gateway_config(
     which applies the per-client connection bound with the clients' own addresses instead
     (components/haproxy.py): the gateway's is raised to its total bound.
     """
+    return config_with_upstreams(gateway_base_config(settings), upstreams, keeper, admin_tokens)
+
+
+def gateway_base_config(settings: FleetSettings) -> dict[str, Any]:
+    """What every gateway's config holds before its upstreams: defaults and the operator's
+    `gateway` settings (`Gateway` takes this, not the settings)."""
     config = _operator_gateway_config(settings)
     if settings.gateway_layout == "per-host":
         limits = gateway_settings(settings).server
         config.setdefault("server", {})["max_connections_per_client"] = limits.max_connections
+    return config
+
+
+def config_with_upstreams(
+    base: dict[str, Any],
+    upstreams: list[dict[str, Any]],
+    keeper: KeeperPlan | None = None,
+    admin_tokens: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """`base` (`gateway_base_config`) with the upstreams, the keeper and the stack's admin
+    tokens (see `gateway_config`); `base` is left as it was."""
+    config = copy.deepcopy(base)
     if keeper is not None:
         upstreams = [{**entry, "keeper": keeper.local_url} for entry in upstreams]
     config["upstreams"] = upstreams
@@ -115,7 +134,11 @@ def gateway_config_json(
     keeper: KeeperPlan | None = None,
     admin_tokens: list[dict[str, str]] | None = None,
 ) -> str:
-    config = gateway_config(settings, upstreams, keeper, admin_tokens)
+    return config_json(gateway_config(settings, upstreams, keeper, admin_tokens))
+
+
+def config_json(config: dict[str, Any]) -> str:
+    """A gateway config as the file the gateway reads."""
     return json.dumps(config, indent=2, sort_keys=True) + "\n"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import shlex
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -191,4 +192,32 @@ def paddlex_ready_command(settings: FleetSettings, paddlex: PaddlexInstance) -> 
         interval_s=settings.ready_poll_interval,
         log_hint=f"docker exec {paddlex.container_name} tail -n 100 {paddlex.log_path}"
         f" (on the host: {settings.model_dir}/{paddlex.log_path.removeprefix('/data/')})",
+    )
+
+
+@dataclass(frozen=True)
+class PaddlexLaunch:
+    """What one PaddleX container and its service are started, stopped and waited on with,
+    rendered from the settings (`PaddlexServer` takes this, not the settings)."""
+
+    instance: PaddlexInstance
+    env: dict[str, str]
+    pipeline_config: str
+    """The pipeline config's YAML (naming its vLLM)."""
+    start_command: str
+    stop_command: str
+    ready_command: str
+    model_dir: str
+    """The host folder mounted as the models' folder."""
+
+
+def paddlex_launch(settings: FleetSettings, paddlex: PaddlexInstance) -> PaddlexLaunch:
+    return PaddlexLaunch(
+        paddlex,
+        env=paddlex_env(settings, paddlex),
+        pipeline_config=pipeline_config_yaml(settings, paddlex),
+        start_command=paddlex_start_command(settings, paddlex),
+        stop_command=paddlex_stop_command(paddlex),
+        ready_command=paddlex_ready_command(settings, paddlex),
+        model_dir=settings.model_dir,
     )

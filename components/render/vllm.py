@@ -4,6 +4,7 @@ readiness wait."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from components.plan import (
     VllmInstance,
@@ -61,4 +62,27 @@ def vllm_ready_command(settings: FleetSettings, vllm: VllmInstance) -> str:
         interval_s=settings.ready_poll_interval,
         log_hint=f"docker logs {vllm.container_name}",
         expect=f'"{settings.served_model_name}"',
+    )
+
+
+@dataclass(frozen=True)
+class VllmLaunch:
+    """What one vLLM container is started and waited on with, rendered from the settings
+    (`VllmServer` takes this, not the settings)."""
+
+    instance: VllmInstance
+    argv: list[str]
+    env: dict[str, str]
+    ready_command: str
+    model_dir: str
+    """The host folder mounted as the models' folder."""
+
+
+def vllm_launch(settings: FleetSettings, vllm: VllmInstance) -> VllmLaunch:
+    return VllmLaunch(
+        vllm,
+        argv=vllm_argv(settings, vllm),
+        env=vllm_env(settings, vllm),
+        ready_command=vllm_ready_command(settings, vllm),
+        model_dir=settings.model_dir,
     )
