@@ -1,4 +1,10 @@
-"""The stack: one Docker provider per host, a card component per card, the gateway, the outputs."""
+"""`Fleet`: the stack's one component, parent of every resource (a Docker provider per host, the
+images, a card component per card, the gateways and what runs beside them), and the outputs.
+
+    settings = read_settings()
+    fleet = Fleet("fleet", FleetArgs(settings, build_plan(settings)))
+    fleet.outputs()   # the stack outputs
+"""
 
 from __future__ import annotations
 
@@ -90,7 +96,8 @@ class Fleet(pulumi.ComponentResource):
 
     Stacks deployed before the fleet was a component hold all of these at the stack's root;
     each child carries an alias to its root URN (`moved_from_root`), which its own children
-    inherit, so such a stack's next update replaces nothing."""
+    inherit, so such a stack's next update replaces nothing (the stack reference, a read, takes
+    no alias: its root entry is discarded, which deletes nothing, and it is read again)."""
 
     def __init__(self, name: str, args: FleetArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(FLEET_TYPE, name, {}, opts)
