@@ -567,3 +567,27 @@ def test_settings_are_read_through_pulumi_config(monkeypatch):
     recording = record_stack({"cards": "3"})
     assert "paddleocr-fleet:cards" in asked
     assert len([r for r in recording.resources if r.type == "paddleocr-fleet:fleet:NpuCard"]) == 3
+
+
+def test_component_args_carry_what_each_needs_not_the_settings_or_a_provider():
+    """Providers reach a component through its opts; the settings are rendered for it first.
+    (Prometheus' Args name the providers of its exporters on other hosts: opts carry one Docker
+    provider.)"""
+    import dataclasses
+
+    from components import balancer, card, gateway, keeper, monitoring, paddlex, recycler, vllm
+
+    for args in (
+        card.NpuCardArgs,
+        vllm.VllmServerArgs,
+        paddlex.PaddlexServerArgs,
+        gateway.GatewayArgs,
+        keeper.SliceKeeperArgs,
+        balancer.BalancerArgs,
+        recycler.RecyclerArgs,
+        monitoring.MonitoringArgs,
+    ):
+        for field in dataclasses.fields(args):
+            named = f"{args.__name__}.{field.name}: {field.type}"
+            assert "FleetSettings" not in str(field.type), named  # annotations are strings
+            assert "Provider" not in str(field.type) or args is monitoring.MonitoringArgs, named
