@@ -9,17 +9,21 @@ import pulumi_command as command
 
 from components.paddlex import PaddlexServer, PaddlexServerArgs
 from components.plan import CardPlan
+from components.render.paddlex import PaddlexLaunch, paddlex_launch
+from components.render.vllm import VllmLaunch, vllm_launch
 from components.settings import FleetSettings
 from components.vllm import VllmServer, VllmServerArgs
 
 
 @dataclass
 class NpuCardArgs:
-    settings: FleetSettings
     card: CardPlan
+    vllm: dict[int, VllmLaunch]
+    """Each vLLM's launch, by port."""
+    paddlex: dict[int, PaddlexLaunch]
+    """Each PaddleX's launch, by port."""
     vllm_image: pulumi.Input[str]
     paddlex_image: pulumi.Input[str]
-    provider: pulumi.ProviderResource | None = None
     drain: str = "true"
     """Shell command that takes the card's PaddleX instances out of service at the gateways and
     waits for their work in flight (`components.rollout.drain_command`)."""
@@ -49,7 +53,7 @@ class NpuCard(pulumi.ComponentResource):
         for vllm in args.card.vllm:
             server = VllmServer(
                 f"{name}-vllm-{vllm.index}",
-                VllmServerArgs(args.settings, vllm, args.vllm_image, args.provider, args.after),
+                VllmServerArgs(args.vllm[vllm.port], args.vllm_image, args.after),
                 _slot_opts(self, f"{name}-vllm-{vllm.port}"),
             )
             self.vllm.append(server)
@@ -58,11 +62,9 @@ class NpuCard(pulumi.ComponentResource):
                     PaddlexServer(
                         f"{name}-paddlex-{paddlex.index}",
                         PaddlexServerArgs(
-                            args.settings,
-                            paddlex,
+                            args.paddlex[paddlex.port],
                             args.paddlex_image,
                             server,
-                            args.provider,
                             args.after,
                         ),
                         _slot_opts(self, f"{name}-paddlex-{paddlex.port}"),
@@ -94,3 +96,13 @@ def _slot_opts(parent: NpuCard, port_name: str) -> pulumi.ResourceOptions:
     place (deleted before created) instead of renaming them (created before the old ones go).
     Stacks created when names carried the port are adopted through an alias."""
     return pulumi.ResourceOptions(parent=parent, aliases=[pulumi.Alias(name=port_name)])
+
+
+def card_launches(
+    settings: FleetSettings, card: CardPlan
+) -> tuple[dict[int, VllmLaunch], dict[int, PaddlexLaunch]]:
+    """The launches of `card`'s servers, by port (for `NpuCardArgs`)."""
+    return (
+        {v.port: vllm_launch(settings, v) for v in card.vllm},
+        {p.port: paddlex_launch(settings, p) for p in card.paddlex},
+    )

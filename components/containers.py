@@ -9,8 +9,7 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components.plan import HostPlan
-from components.render import MODEL_DIR_IN_CONTAINER, container_started_command
-from components.settings import FleetSettings
+from components.render.common import MODEL_DIR_IN_CONTAINER, container_started_command
 
 ROLE_LABEL = "paddleocr-fleet.role"
 STOP_GRACE_S = 30
@@ -21,7 +20,7 @@ STACK_LABEL = "paddleocr-fleet.stack"
 
 
 def accelerator_args(
-    settings: FleetSettings,
+    model_dir: str,
     host: HostPlan,
     card: int,
     mounts: tuple[tuple[str, str], ...],
@@ -36,9 +35,7 @@ def accelerator_args(
             for node in kind.device_nodes(card)
         ],
         "volumes": [
-            docker.ContainerVolumeArgs(
-                host_path=settings.model_dir, container_path=MODEL_DIR_IN_CONTAINER
-            ),
+            docker.ContainerVolumeArgs(host_path=model_dir, container_path=MODEL_DIR_IN_CONTAINER),
             *(
                 docker.ContainerVolumeArgs(host_path=src, container_path=dst, read_only=True)
                 for src, dst in mounts
@@ -85,16 +82,16 @@ def envs(values: dict[str, str]) -> list[str]:
 
 def child_opts(
     parent: pulumi.Resource,
-    provider: pulumi.ProviderResource | None,
     delete_before_replace: bool = True,
     **extra: Any,
 ):
-    """Options for a child container: parented, on its host's provider, by default deleted
+    """Options for a child container: parented (and so on the Docker provider of its parent's
+    opts: its host's), by default deleted
     before replaced (host networking: the old and new container cannot hold the same port at
     once, and Docker holds each name once). The gateway is the exception: it hands its port
     over, and so does its keeper (components/gateway.py, components/keeper.py)."""
     return pulumi.ResourceOptions(
-        parent=parent, provider=provider, delete_before_replace=delete_before_replace, **extra
+        parent=parent, delete_before_replace=delete_before_replace, **extra
     )
 
 

@@ -1,36 +1,62 @@
-"""The stack: one Docker provider per host, a card component per card, the gateway, the outputs."""
+"""`Fleet`: the stack's one component, parent of every resource (a Docker provider per host, the
+images, a card component per card, the gateways and what runs beside them), and the outputs.
+
+    settings = read_settings()
+    fleet = Fleet("fleet", FleetArgs(settings, build_plan(settings)))
+    fleet.outputs()   # the stack outputs
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_docker as docker
 
-from components import recycler, render, rollout
+from components import haproxy, recycler, rollout
 from components.access import check_access
 from components.balancer import Balancer, BalancerArgs
-from components.card import NpuCard, NpuCardArgs
+from components.card import NpuCard, NpuCardArgs, card_launches
 from components.gateway import Gateway, GatewayArgs
-from components.monitoring import Monitoring, MonitoringArgs
+from components.monitoring import (
+    Monitoring,
+    MonitoringArgs,
+    prometheus_argv,
+    scrape_targets,
+    scrape_token,
+)
 from components.plan import FleetPlan, HostPlan, port_clashes, topology_ports
-from components.settings import ConfigError, FleetSettings, load_settings
+from components.render.gateway import gateway_base_config, gateway_settings, gateway_upstream
+from components.render.topology import topology as topology_output
+from components.settings import KNOWN_KEYS, ConfigError, FleetSettings, load_settings
 
 
-def read_settings() -> FleetSettings:
-    """All of this project's config values, validated once (raises `ConfigError`)."""
-    from pulumi.runtime import config as runtime_config
+def read_settings(config: pulumi.Config | None = None) -> FleetSettings:
+    """All of this project's config values, validated once (raises `ConfigError`).
 
-    prefix = f"{pulumi.get_project()}:"
-    raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    values = {k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)}
-    secrets = {k for k in values if runtime_config.is_config_secret(prefix + k)}
+    Each key is read through `pulumi.Config` (default: the project's namespace), as the string
+    Pulumi stores (structured values as JSON text, decoded by `load_settings`). `pulumi.Config`
+    reads the keys it is asked for and lists none, so the keys the stack sets beyond the known
+    ones come from the config the engine hands the program: `load_settings` names such a key
+    (a typo) instead of ignoring it."""
+    config = config or pulumi.Config()
+    keys = KNOWN_KEYS | stack_config_keys(config.name)
+    values = {key: value for key in sorted(keys) if (value := config.get(key)) is not None}
+    secrets = {key for key in values if pulumi.runtime.is_config_secret(config.full_key(key))}
     settings = load_settings(values, secret_keys=secrets)
     check_access(settings)
     check_environment(os.environ)
     return settings
+
+
+def stack_config_keys(namespace: str) -> set[str]:
+    """The keys of `namespace` the stack's config sets (the engine hands the program its config
+    in PULUMI_CONFIG, `pulumi.runtime.get_config_env`)."""
+    prefix = f"{namespace}:"
+    return {k.removeprefix(prefix) for k in pulumi.runtime.get_config_env() if k.startswith(prefix)}
 
 
 def check_environment(environ: Mapping[str, str]) -> None:
@@ -53,13 +79,32 @@ def check_environment(environ: Mapping[str, str]) -> None:
         )
 
 
-class Fleet:
-    """Builds every resource of the plan; `outputs()` gives the stack outputs."""
+FLEET_TYPE = "paddleocr-fleet:index:Fleet"
+HOST_IMAGES_TYPE = "paddleocr-fleet:fleet:HostImages"
 
-    def __init__(self, settings: FleetSettings, plan: FleetPlan):
+
+@dataclass
+class FleetArgs:
+    settings: FleetSettings
+    plan: FleetPlan
+
+
+class Fleet(pulumi.ComponentResource):
+    """Every resource of the plan, each a child of this component: the Docker provider of each
+    host, the stack's reference to its own last outputs, each host's images, the cards, the
+    gateways, the recyclers, the balancer and monitoring. `outputs()` gives the stack outputs.
+
+    Stacks deployed before the fleet was a component hold all of these at the stack's root;
+    each child carries an alias to its root URN (`moved_from_root`), which its own children
+    inherit, so such a stack's next update replaces nothing (the stack reference, a read, takes
+    no alias: its root entry is discarded, which deletes nothing, and it is read again)."""
+
+    def __init__(self, name: str, args: FleetArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(FLEET_TYPE, name, {}, opts)
+        settings, plan = args.settings, args.plan
         self.settings, self.plan = settings, plan
-        self.providers = {host.name: _provider(host) for host in plan.hosts}
-        previous = previous_topology()
+        self.providers = {host.name: self._docker_provider(host) for host in plan.hosts}
+        previous = previous_topology(self._child_opts())
         guard = port_guard(plan, previous)
         waits = previous.apply(
             lambda topology: rollout.card_waits(
@@ -67,11 +112,20 @@ class Fleet:
             )
         )
         self.images = {
-            host.name: HostImages(settings, host, self.providers[host.name], guard)
+            host.name: HostImages(
+                f"{host.name}-images",
+                HostImagesArgs(
+                    host,
+                    vllm=settings.vllm_image or host.kind.vllm_image,
+                    paddlex=settings.paddlex_image or host.kind.paddlex_image,
+                    guard=guard,
+                ),
+                self._host_opts(host, "-images", moved=False),
+            )
             for host in plan.hosts
             if plan.cards_of(host.name)
         }
-        token_file = render.gateway_settings(settings).auth.local_token_file
+        token_file = gateway_settings(settings).auth.local_token_file
         self.cards: list[NpuCard] = []
         by_key: dict[rollout.CardKey, NpuCard] = {}
         for card in plan.cards:
@@ -87,38 +141,40 @@ class Fleet:
             by_key[key] = NpuCard(
                 f"{card.host.name}-card-{card.card}",
                 NpuCardArgs(
-                    settings,
                     card,
+                    *card_launches(settings, card),
                     vllm_image=images.vllm.image_id,
                     paddlex_image=images.paddlex.image_id,
-                    provider=self.providers[card.host.name],
                     drain=rollout.drain_command(plan, card, settings.drain_timeout, token_file),
                     undrain=rollout.undrain_command(plan, card, token_file),
                     after=waits.apply(after),
                 ),
-                _former_names(card.host, f"-card-{card.card}"),
+                self._host_opts(card.host, f"-card-{card.card}"),
             )
             self.cards.append(by_key[key])
         servers = [server for card in self.cards for server in card.paddlex]
         upstreams = {
-            instance: server.url.apply(lambda _, p=instance: render.gateway_upstream(p))
+            instance: server.url.apply(lambda _, p=instance: gateway_upstream(p))
             for server, instance in zip(servers, plan.paddlex, strict=True)
         }
-        token = recycler.recycler_token(settings)
+        token = recycler.recycler_token(
+            settings, pulumi.ResourceOptions(parent=self, aliases=moved_from_root())
+        )
         admin_tokens = [] if token is None else [recycler.admin_token_entry(token)]
         self.gateways = [
             Gateway(
                 f"{gateway.host.name}-gateway",
                 GatewayArgs(
-                    settings,
                     gateway,
+                    base_config=gateway_base_config(settings),
+                    jobs_dir=settings.gateway_jobs_dir
+                    or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/jobs",
                     upstreams=[upstreams[p] for p in plan.paddlex_of(gateway)],
                     image=settings.gateway_image,
-                    provider=self.providers[gateway.host.name],
                     guard=guard,
                     admin_tokens=admin_tokens,
                 ),
-                _former_names(gateway.host, "-gateway"),
+                self._host_opts(gateway.host, "-gateway"),
             )
             for gateway in plan.gateways
         ]
@@ -129,13 +185,13 @@ class Fleet:
             self.balancer = Balancer(
                 f"{host.name}-balancer",
                 BalancerArgs(
-                    settings,
-                    plan,
+                    plan.balancer,
+                    config=haproxy.balancer_config(settings, plan),
+                    image=settings.balancer_settings.image,
                     gateways=[g.url for g in self.gateways],
-                    provider=self.providers[host.name],
                     guard=guard,
                 ),
-                _former_names(host, "-balancer"),
+                self._host_opts(host, "-balancer"),
             )
         self.monitoring: Monitoring | None = None
         if plan.monitoring is not None:
@@ -143,13 +199,52 @@ class Fleet:
             self.monitoring = Monitoring(
                 f"{host.name}-monitoring",
                 MonitoringArgs(
-                    settings,
-                    plan,
+                    plan.monitoring,
+                    targets=scrape_targets(plan),
+                    argv=prometheus_argv(settings, plan.monitoring),
+                    token=scrape_token(settings),
+                    image=settings.prometheus_image,
+                    data_dir=settings.prometheus_data_dir
+                    or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/prometheus",
                     waits=[server.url for card in self.cards for server in card.vllm],
-                    providers=self.providers,
+                    exporter_providers={
+                        h.name: self.providers[h.name]
+                        for h in plan.monitoring.exporter_hosts
+                        if h.name != host.name
+                    },
                     guard=guard,
                 ),
+                pulumi.ResourceOptions(
+                    parent=self, provider=self.providers[host.name], aliases=moved_from_root()
+                ),
             )
+        self.register_outputs({"providers": [p.urn for p in self.providers.values()]})
+
+    def _child_opts(self) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, aliases=moved_from_root())
+
+    def _docker_provider(self, host: HostPlan) -> docker.Provider:
+        """The provider keeps its URN through the aliases: a provider whose URN changed would
+        make every resource on it a replacement."""
+        return docker.Provider(
+            f"docker-{host.name}",
+            host=host.endpoint,
+            opts=pulumi.ResourceOptions(
+                parent=self, aliases=moved_from_root(f"docker-{old}" for old in host.former_names)
+            ),
+        )
+
+    def _host_opts(self, host: HostPlan, suffix: str, moved: bool = True) -> pulumi.ResourceOptions:
+        """A child on `host`'s Docker provider. A renamed host (`hosts[i].formerNames`) keeps
+        its resources: the old names are aliases, inherited by every child whose name starts
+        with its parent's. `moved`: it sat at the stack's root before the fleet was a
+        component (False: it is new since)."""
+        former = [f"{old}{suffix}" for old in host.former_names]
+        return pulumi.ResourceOptions(
+            parent=self,
+            provider=self.providers[host.name],
+            aliases=moved_from_root(former) if moved else [pulumi.Alias(name=n) for n in former],
+        )
 
     def _recyclers(
         self, token: pulumi.Output[str] | None, guard: pulumi.Output[str]
@@ -170,16 +265,17 @@ class Fleet:
                 recycler.Recycler(
                     f"{host.name}-recycler",
                     recycler.RecyclerArgs(
-                        self.settings,
-                        self.plan,
                         host,
+                        recycler.render_config(
+                            self.settings, self.plan, host, with_token=token is not None
+                        ),
+                        recycler.container_name(self.settings, host),
                         image,
                         token,
-                        self.providers[host.name],
                         guard,
                         waits,
                     ),
-                    _former_names(host, "-recycler"),
+                    self._host_opts(host, "-recycler"),
                 )
             )
         return out
@@ -205,60 +301,72 @@ class Fleet:
         actual += [g.keeper.container_name for g in self.gateways if g.keeper]
         stack = pulumi.get_stack()
         outputs["topology"] = pulumi.Output.all(*actual).apply(
-            lambda names: render.topology(
+            lambda names: topology_output(
                 self.settings, self.plan, stack, dict(zip(plan_names, names, strict=True))
             )
         )
         return outputs
 
 
-class HostImages:
+@dataclass
+class HostImagesArgs:
+    host: HostPlan
+    vllm: str
+    paddlex: str
+    guard: pulumi.Output[str]
+    """Resolves when the plan may be applied: no image is pulled before."""
+
+
+class HostImages(pulumi.ComponentResource):
     """The vLLM and PaddleX images of one host, each its own resource: a missing image is pulled
     once, with a timeout that fits images of many GB, before any container is created (not inside
-    each container's create). Kept on the host when the stack lets go of them."""
+    each container's create). Kept on the host when the stack lets go of them. On the Docker
+    provider of its opts."""
 
     PULL_TIMEOUT = "3h"
 
-    def __init__(
-        self,
-        settings: FleetSettings,
-        host: HostPlan,
-        provider: docker.Provider,
-        guard: pulumi.Output[str],
-    ):
-        kind = host.kind
-        vllm, paddlex = settings.vllm_image or kind.vllm_image, settings.paddlex_image
-        self.vllm = self._image(host, "vllm", vllm, provider, guard)
-        self.paddlex = self._image(host, "paddlex", paddlex or kind.paddlex_image, provider, guard)
+    def __init__(self, name: str, args: HostImagesArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(HOST_IMAGES_TYPE, name, {}, opts)
+        self.vllm = self._image(args, "vllm", args.vllm)
+        self.paddlex = self._image(args, "paddlex", args.paddlex)
+        self.register_outputs({"vllm": self.vllm.image_id, "paddlex": self.paddlex.image_id})
 
-    def _image(
-        self,
-        host: HostPlan,
-        role: str,
-        name: str,
-        provider: docker.Provider,
-        guard: pulumi.Output[str],
-    ) -> docker.RemoteImage:
+    def _image(self, args: HostImagesArgs, role: str, image: str) -> docker.RemoteImage:
+        host = args.host
         return docker.RemoteImage(
             f"{host.name}-{role}-image",
-            name=guard.apply(lambda _: name),
+            name=args.guard.apply(lambda _: image),
             keep_locally=True,
             platform=host.platform,
             opts=pulumi.ResourceOptions(
-                provider=provider,
+                parent=self,
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=self.PULL_TIMEOUT, update=self.PULL_TIMEOUT
                 ),
-                aliases=[pulumi.Alias(name=f"{old}-{role}-image") for old in host.former_names],
+                # the images sat at the stack's root before they had this component
+                aliases=moved_from_root(f"{old}-{role}-image" for old in host.former_names),
             ),
         )
 
 
-def previous_topology() -> pulumi.Output[Any]:
+def moved_from_root(former_names: Iterable[str] = ()) -> list[pulumi.Alias]:
+    """The aliases of a child of the fleet that sat at the stack's root before the fleet was a
+    component: there under its name or a former one (a renamed host), and under a former name
+    here. Its own children inherit them (the engine derives their old URNs from their parent's
+    aliases)."""
+    former = list(former_names)
+    return [
+        pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE),
+        *(pulumi.Alias(name=name, parent=pulumi.ROOT_STACK_RESOURCE) for name in former),
+        *(pulumi.Alias(name=name) for name in former),
+    ]
+
+
+def previous_topology(opts: pulumi.ResourceOptions | None = None) -> pulumi.Output[Any]:
     """This stack's own `topology` output as its last update left it (None on a new stack):
     what runs now, before this update changes it."""
     stack = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
-    previous = pulumi.StackReference(f"{pulumi.get_stack()}-previous", stack_name=stack)
+    previous = pulumi.StackReference(f"{pulumi.get_stack()}-previous", stack_name=stack, opts=opts)
     return previous.get_output("topology")
 
 
@@ -281,21 +389,3 @@ def port_guard(plan: FleetPlan, previous: pulumi.Output[Any]) -> pulumi.Output[s
         return ""
 
     return previous.apply(check)
-
-
-def _provider(host: HostPlan) -> docker.Provider:
-    return docker.Provider(
-        f"docker-{host.name}",
-        host=host.endpoint,
-        opts=pulumi.ResourceOptions(
-            aliases=[pulumi.Alias(name=f"docker-{old}") for old in host.former_names]
-        ),
-    )
-
-
-def _former_names(host: HostPlan, suffix: str) -> pulumi.ResourceOptions:
-    """A renamed host (`hosts[i].formerNames`) keeps its resources: the old names are aliases,
-    inherited by every child whose name starts with its parent's."""
-    return pulumi.ResourceOptions(
-        aliases=[pulumi.Alias(name=f"{old}{suffix}") for old in host.former_names]
-    )

@@ -17,27 +17,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-import pulumi_command as command
 import pulumi_docker as docker
 
-from components import containers, render
+from components import containers
+from components.configured import ConfiguredSpec, configured_container
 from components.images import BuildSpec, build_image
 from components.keeper import SliceKeeper, SliceKeeperArgs
 from components.plan import GatewayPlan
-from components.settings import FleetSettings
+from components.render import gateway as render
+from components.render.gateway import config_json as render_config
+from components.render.gateway import config_with_upstreams
 
 GATEWAY_BUILD = BuildSpec(context="gateway", repository="paddleocr-fleet/gateway")
 
 
 @dataclass
 class GatewayArgs:
-    settings: FleetSettings
     plan: GatewayPlan
+    base_config: dict[str, Any]
+    """The config before its upstreams (`render.gateway.gateway_base_config`)."""
+    jobs_dir: str
+    """The host folder of its jobs (`gatewayJobsDir`)."""
     upstreams: list[pulumi.Output[dict[str, Any]]]
     """One entry per PaddleX server, each resolving once that server is ready."""
     image: pulumi.Input[str] | None = None
     """A prebuilt image; None builds `gateway/Dockerfile` on the gateway's host."""
-    provider: pulumi.ProviderResource | None = None
     guard: pulumi.Output[str] | None = None
     """Resolves when the plan may be applied; the image build waits for it."""
     admin_tokens: list[pulumi.Output[dict[str, str]]] = field(default_factory=list)
@@ -50,11 +54,11 @@ class Gateway(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("paddleocr-fleet:fleet:Gateway", name, {}, opts)
-        settings, gateway = args.settings, args.plan
+        gateway, jobs_dir = args.plan, args.jobs_dir
         image, cleanups = args.image, []
         if image is None:
             image, cleanup = build_image(
-                self, f"{name}-image", GATEWAY_BUILD, gateway.host, args.provider, args.guard
+                self, f"{name}-image", GATEWAY_BUILD, gateway.host, args.guard
             )
             cleanups.append(cleanup)
         entries = pulumi.Output.all(*args.upstreams).apply(list)
@@ -63,20 +67,17 @@ class Gateway(pulumi.ComponentResource):
         if gateway.keeper is not None:
             self.keeper = SliceKeeper(
                 f"{name}-keeper",
-                SliceKeeperArgs(gateway.keeper, entries, image, args.provider, cleanups),
+                SliceKeeperArgs(gateway.keeper, entries, image, cleanups),
                 pulumi.ResourceOptions(parent=self),
             )
             waits.append(self.keeper.installed)  # new instances reach it before the gateway
         self.config_json = pulumi.Output.all(entries, *args.admin_tokens).apply(
-            lambda found: render.gateway_config_json(
-                settings, found[0], gateway.keeper, list(found[1:])
+            lambda found: render_config(
+                config_with_upstreams(args.base_config, found[0], gateway.keeper, list(found[1:]))
             )
         )
         argv = render.gateway_argv(gateway)
         envs = [f"GATEWAY_PORT={gateway.port}"]  # the image's healthcheck probes it
-        jobs_dir = (
-            settings.gateway_jobs_dir or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/jobs"
-        )
         labels = containers.labels("gateway", gateway.host, None, gateway.port)
         generation = pulumi.Output.from_input(image).apply(
             lambda image_id: {
@@ -87,57 +88,44 @@ class Gateway(pulumi.ComponentResource):
                 "labels": {label.label: label.value for label in labels},
             }
         )
-        self.container = docker.Container(
+        service = configured_container(
+            self,
             name,
-            name=generation.apply(lambda g: render.gateway_container_name(gateway, g)),
-            image=image,
-            network_mode="host",
-            restart="unless-stopped",
-            entrypoints=argv[:1],
-            command=argv[1:],
-            envs=envs,
-            volumes=[
-                docker.ContainerVolumeArgs(
-                    host_path=jobs_dir, container_path=render.JOBS_DIR_IN_CONTAINER
-                )
-            ],
-            uploads=[
-                docker.ContainerUploadArgs(file=gateway.config_path, content=self.config_json)
-            ],
-            labels=labels,
-            destroy_grace_seconds=containers.STOP_GRACE_S,
-            # Later configs arrive through `install` below and are reloaded in place. Created
-            # before the old one is deleted: the listening sockets pass from one to the other.
-            opts=containers.child_opts(
-                self,
-                args.provider,
-                delete_before_replace=False,
-                ignore_changes=["uploads"],
-                depends_on=cleanups,
+            ConfiguredSpec(
+                container_name=generation.apply(
+                    lambda g: render.gateway_container_name(gateway, g)
+                ),
+                image=image,
+                argv=argv,
+                envs=envs,
+                labels=labels,
+                config_path=gateway.config_path,
+                config=self.config_json,
+                install_command=lambda c: render.gateway_config_install_command(gateway, c),
+                ready_command=lambda c: render.gateway_ready_command(gateway, c),
+                docker_env=gateway.host.docker_env,
+                container_args={
+                    "volumes": [
+                        docker.ContainerVolumeArgs(
+                            host_path=jobs_dir, container_path=render.JOBS_DIR_IN_CONTAINER
+                        )
+                    ]
+                },
             ),
+            depends_on=cleanups,
+            install_waits=waits,
+            # Created before the old one is deleted: the listening sockets pass from one to
+            # the other.
+            delete_before_replace=False,
+        )
+        self.container, self.install, self.ready = (
+            service.container,
+            service.install,
+            service.ready,
         )
         self.container_name: pulumi.Output[str] = self.container.name
         self.image, self.cleanups = image, cleanups
         """The image, for the recyclers of its host (components/recycler.py), and what a
         container of it waits for."""
-        self.install = command.local.Command(
-            f"{name}-config",
-            create=self.container.name.apply(
-                lambda container: render.gateway_config_install_command(gateway, container)
-            ),
-            stdin=self.config_json,
-            environment=gateway.host.docker_env,
-            triggers=[self.container.id, self.config_json.apply(render.content_hash)],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.container, *waits]),
-        )
-        self.ready = command.local.Command(
-            f"{name}-ready",
-            create=self.container.name.apply(
-                lambda container: render.gateway_ready_command(gateway, container)
-            ),
-            environment=gateway.host.docker_env,
-            triggers=[self.container.id],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.install]),
-        )
         self.url = self.ready.stdout.apply(lambda _: gateway.url)
         self.register_outputs({"url": self.url, "config": self.config_json.apply(json.loads)})

@@ -21,7 +21,8 @@ import shlex
 from dataclasses import dataclass
 
 from components.plan import BalancerPlan, FleetPlan
-from components.render import CURL_PROBE, gateway_settings, service_ready_command
+from components.render.common import CURL_PROBE, service_ready_command
+from components.render.gateway import gateway_settings
 from components.settings import FleetSettings
 
 JOBS_PREFIX = "/api/v2/ocr/"

@@ -2,9 +2,8 @@
 once nothing of the stack uses it.
 
     digest, cleanup = build_image(
-        parent, "local-gateway-image", BuildSpec("gateway", "paddleocr-fleet/gateway"), host,
-        provider, guard,
-    )
+        parent, "local-gateway-image", BuildSpec("gateway", "paddleocr-fleet/gateway"), host, guard
+    )  # on the Docker provider `parent` was given in its opts
     # a container with image=digest and depends_on=[cleanup]
 """
 
@@ -16,8 +15,8 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components import render
 from components.plan import HostPlan
+from components.render import common as render
 
 
 @dataclass(frozen=True)
@@ -33,12 +32,13 @@ def build_image(
     name: str,
     spec: BuildSpec,
     host: HostPlan,
-    provider: pulumi.ProviderResource | None,
     guard: pulumi.Output[str] | None,
+    provider: pulumi.ProviderResource | None = None,
 ) -> tuple[pulumi.Output[str], command.local.Command]:
     """Build `spec` on `host`; returns the image's id (`repoDigest`, the local image id when
     nothing is pushed), so a rebuilt image replaces its container, and the cleanup command a
-    container using it must depend on.
+    container using it must depend on. It runs on the Docker provider of `parent`, unless
+    `provider` names another host's.
 
     pulumi-docker rebuilds when the context's files change and never deletes an image, so a
     command beside it removes each image the stack built once its container is gone: on a

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-import pulumi_command as command
 import pulumi_docker as docker
 
-from components import containers, render
+from components import containers
+from components.configured import ConfiguredSpec, configured_container
 from components.plan import KeeperPlan
+from components.render import keeper as render
+from components.render.common import config_install_command, generation_name
 
 
 @dataclass
@@ -35,7 +37,6 @@ class SliceKeeperArgs:
     upstreams: pulumi.Output[list[dict[str, Any]]]
     """The gateway's upstream entries (resolved once every PaddleX is ready)."""
     image: pulumi.Input[str]
-    provider: pulumi.ProviderResource | None = None
     depends_on: list[pulumi.Resource] = field(default_factory=list)
     """What the container waits for (the image's cleanup command)."""
 
@@ -48,7 +49,6 @@ class SliceKeeper(pulumi.ComponentResource):
     ):
         super().__init__("paddleocr-fleet:fleet:SliceKeeper", name, {}, opts)
         keeper = args.plan
-        config_json = args.upstreams.apply(render.keeper_config_json)
         argv = render.keeper_argv(keeper)
         envs = [f"GATEWAY_PORT={keeper.port}"]  # the image's healthcheck probes its /health
         handover_dir = render.keeper_handover_dir(keeper, pulumi.get_stack())
@@ -62,53 +62,41 @@ class SliceKeeper(pulumi.ComponentResource):
                 "labels": {label.label: label.value for label in labels},
             }
         )
-        self.container = docker.Container(
+        service = configured_container(
+            self,
             name,
-            name=generation.apply(lambda g: render.generation_name(keeper.container_name, g)),
-            image=args.image,
-            network_mode="host",
-            restart="unless-stopped",
-            entrypoints=argv[:1],
-            command=argv[1:],
-            envs=envs,
-            volumes=[
-                docker.ContainerVolumeArgs(
-                    host_path=handover_dir,
-                    container_path=render.KEEPER_HANDOVER_DIR_IN_CONTAINER,
-                )
-            ],
-            uploads=[docker.ContainerUploadArgs(file=keeper.config_path, content=config_json)],
-            labels=labels,
-            destroy_grace_seconds=containers.STOP_GRACE_S,
-            # Later configs arrive through `install` below and are read again in place. Created
-            # before the old one is deleted: the listening socket passes from one to the other.
-            opts=containers.child_opts(
-                self,
-                args.provider,
-                delete_before_replace=False,
-                ignore_changes=["uploads"],
-                depends_on=args.depends_on,
+            ConfiguredSpec(
+                container_name=generation.apply(
+                    lambda g: generation_name(keeper.container_name, g)
+                ),
+                image=args.image,
+                argv=argv,
+                envs=envs,
+                labels=labels,
+                config_path=keeper.config_path,
+                config=args.upstreams.apply(render.keeper_config_json),
+                install_command=lambda c: config_install_command(c, keeper.config_path),
+                ready_command=lambda c: render.keeper_ready_command(keeper, c),
+                docker_env=keeper.host.docker_env,
+                container_args={
+                    "volumes": [
+                        docker.ContainerVolumeArgs(
+                            host_path=handover_dir,
+                            container_path=render.KEEPER_HANDOVER_DIR_IN_CONTAINER,
+                        )
+                    ]
+                },
             ),
+            depends_on=args.depends_on,
+            # Created before the old one is deleted: the listening socket passes from one to
+            # the other.
+            delete_before_replace=False,
+        )
+        self.container, self.installed, self.ready = (
+            service.container,
+            service.install,
+            service.ready,
         )
         self.container_name: pulumi.Output[str] = self.container.name
-        self.installed = command.local.Command(
-            f"{name}-config",
-            create=self.container.name.apply(
-                lambda container: render.config_install_command(container, keeper.config_path)
-            ),
-            stdin=config_json,
-            environment=keeper.host.docker_env,
-            triggers=[self.container.id, config_json.apply(render.content_hash)],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.container]),
-        )
-        self.ready = command.local.Command(
-            f"{name}-ready",
-            create=self.container.name.apply(
-                lambda container: render.keeper_ready_command(keeper, container)
-            ),
-            environment=keeper.host.docker_env,
-            triggers=[self.container.id],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.installed]),
-        )
         self.url = self.ready.stdout.apply(lambda _: keeper.local_url)
         self.register_outputs({"url": self.url})

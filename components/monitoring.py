@@ -14,7 +14,9 @@ model, so a growing fleet raises no InstanceDown. The gateway's `/metrics` needs
 token when the stack has tokens: the `adminTokens` entry named `prometheus`, else the first,
 is uploaded into the container (a Pulumi secret).
 
-    monitoring = Monitoring("local-monitoring", MonitoringArgs(settings, plan, waits, provider))
+    args = MonitoringArgs(plan.monitoring, scrape_targets(plan),
+                          prometheus_argv(settings, plan.monitoring), scrape_token(settings), ...)
+    monitoring = Monitoring("local-monitoring", args, pulumi.ResourceOptions(provider=provider))
     monitoring.url   # stack output `prometheus_url`
 """
 
@@ -28,9 +30,10 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components import containers, render
+from components import containers
 from components.images import BuildSpec, build_image
 from components.plan import FleetPlan, HostPlan, MonitoringPlan
+from components.render import common as render
 from components.settings import ConfigError, FleetSettings
 
 PROMETHEUS_BUILD = BuildSpec(context="monitoring", repository="paddleocr-fleet/prometheus")
@@ -113,12 +116,22 @@ def prometheus_argv(settings: FleetSettings, monitoring: MonitoringPlan) -> list
 
 @dataclass
 class MonitoringArgs:
-    settings: FleetSettings
-    plan: FleetPlan
+    plan: MonitoringPlan
+    targets: dict[str, list[dict[str, Any]]]
+    """The file-SD documents by role (`scrape_targets`)."""
+    argv: list[str]
+    """Prometheus' arguments (`prometheus_argv`)."""
+    token: str
+    """The admin token it reads the gateways' /metrics with (`scrape_token`; '' for none)."""
+    image: str | None
+    """A prebuilt image; None builds `monitoring/Dockerfile` on each of its hosts."""
+    data_dir: str
+    """The host folder of its data."""
     waits: list[pulumi.Output[Any]] = field(default_factory=list)
     """What the targets wait for (each vLLM's readiness): a target is written once it serves."""
-    providers: dict[str, pulumi.ProviderResource] = field(default_factory=dict)
-    """The Docker provider of each host, by name."""
+    exporter_providers: dict[str, pulumi.ProviderResource] = field(default_factory=dict)
+    """The Docker provider of each exporter host other than Prometheus' own, by name (its own
+    comes in the component's opts, which carry one provider per package)."""
     guard: pulumi.Output[str] | None = None
 
 
@@ -127,37 +140,30 @@ class Monitoring(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("paddleocr-fleet:fleet:Monitoring", name, {}, opts)
-        settings, plan = args.settings, args.plan
-        monitoring = plan.monitoring
-        assert monitoring is not None
-        token = scrape_token(settings)
+        monitoring, token = args.plan, args.token
         images: dict[str, tuple[pulumi.Input[str], list[pulumi.Resource]]] = {}
         for host in {h.name: h for h in (monitoring.host, *monitoring.exporter_hosts)}.values():
-            if settings.prometheus_image:
-                images[host.name] = (settings.prometheus_image, [])
+            if args.image:
+                images[host.name] = (args.image, [])
             else:
                 built, cleanup = build_image(
                     self,
                     f"{name}-image" if host == monitoring.host else f"{name}-image-{host.name}",
                     PROMETHEUS_BUILD,
                     host,
-                    args.providers.get(host.name),
                     args.guard,
+                    args.exporter_providers.get(host.name),
                 )
                 images[host.name] = (built, [cleanup])
         image, depends = images[monitoring.host.name]
-        provider = args.providers.get(monitoring.host.name)
-        data_dir = (
-            settings.prometheus_data_dir
-            or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/prometheus"
-        )
+        data_dir = args.data_dir
         self.container = docker.Container(
             name,
             name=monitoring.container_name,
             image=image,
             network_mode="host",
             restart="unless-stopped",
-            command=prometheus_argv(settings, monitoring),
+            command=args.argv,
             volumes=[
                 docker.ContainerVolumeArgs(host_path=data_dir, container_path=DATA_DIR_IN_CONTAINER)
             ],
@@ -166,7 +172,7 @@ class Monitoring(pulumi.ComponentResource):
             ],
             labels=containers.labels("prometheus", monitoring.host, None, monitoring.port),
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            opts=containers.child_opts(self, provider, depends_on=depends),
+            opts=containers.child_opts(self, depends_on=depends),
         )
         self.exporters = [
             docker.Container(
@@ -184,12 +190,14 @@ class Monitoring(pulumi.ComponentResource):
                 ],
                 labels=containers.labels("exporter", host, None, monitoring.exporter_port),
                 opts=containers.child_opts(
-                    self, args.providers.get(host.name), depends_on=images[host.name][1]
+                    self,
+                    provider=args.exporter_providers.get(host.name),
+                    depends_on=images[host.name][1],
                 ),
             )
             for host in monitoring.exporter_hosts
         ]
-        targets = pulumi.Output.all(*args.waits).apply(lambda _: scrape_targets(plan))
+        targets = pulumi.Output.all(*args.waits).apply(lambda _: args.targets)
         self.targets: list[command.local.Command] = []
         for role in ROLES:
             content = targets.apply(lambda t, r=role: json.dumps(t[r], indent=1) + "\n")

@@ -9,9 +9,10 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components import containers, render
-from components.plan import PaddlexInstance
-from components.settings import FleetSettings
+from components import containers
+from components.render import paddlex as render
+from components.render.common import content_hash
+from components.render.paddlex import PaddlexLaunch
 from components.vllm import VllmServer
 
 RECHECK_CONTAINER = "PADDLEOCR_FLEET_CONTAINER_STARTED"
@@ -20,13 +21,11 @@ RECHECK_VLLM = "PADDLEOCR_FLEET_VLLM_READY"
 
 @dataclass
 class PaddlexServerArgs:
-    settings: FleetSettings
-    instance: PaddlexInstance
+    launch: PaddlexLaunch
     image: pulumi.Input[str]
     vllm: VllmServer
     """The vLLM the pipeline config names: the service starts once it is ready, and again
     whenever its container is replaced."""
-    provider: pulumi.ProviderResource | None = None
     after: pulumi.Input[list[pulumi.Resource]] | None = None
     """What the container waits for before it is created or replaced (the rollout's wave
     before this card's)."""
@@ -45,7 +44,8 @@ class PaddlexServer(pulumi.ComponentResource):
         self, name: str, args: PaddlexServerArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__("paddleocr-fleet:fleet:PaddlexServer", name, {}, opts)
-        settings, paddlex = args.settings, args.instance
+        launch = args.launch
+        paddlex = launch.instance
         kind = paddlex.host.kind
         self.container = docker.Container(
             name,
@@ -54,22 +54,25 @@ class PaddlexServer(pulumi.ComponentResource):
             network_mode="host",
             restart="unless-stopped",
             entrypoints=render.paddlex_idle_argv(paddlex),
-            envs=containers.envs(render.paddlex_env(settings, paddlex)),
+            envs=containers.envs(launch.env),
             uploads=[
                 docker.ContainerUploadArgs(
                     file=paddlex.pipeline_config_path,
-                    content=render.pipeline_config_yaml(settings, paddlex),
+                    content=launch.pipeline_config,
                 )
             ],
             labels=containers.labels("paddlex", paddlex.host, paddlex.card, paddlex.port),
             **containers.accelerator_args(
-                settings, paddlex.host, paddlex.card, kind.paddlex_mounts, kind.paddlex_shm_mb
+                launch.model_dir,
+                paddlex.host,
+                paddlex.card,
+                kind.paddlex_mounts,
+                kind.paddlex_shm_mb,
             ),
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            opts=containers.child_opts(self, args.provider, depends_on=args.after),
+            opts=containers.child_opts(self, depends_on=args.after),
         )
-        start = render.paddlex_start_command(settings, paddlex)
-        stop = render.paddlex_stop_command(paddlex)
+        start, stop = launch.start_command, launch.stop_command
         started = containers.last_started(self.container, paddlex.container_name, paddlex.host)
         self.start = command.local.Command(
             f"{name}-start",
@@ -90,7 +93,7 @@ class PaddlexServer(pulumi.ComponentResource):
             triggers=[
                 self.container.id,
                 args.vllm.container.id,
-                render.content_hash(start + stop),
+                content_hash(start + stop),
             ],
             opts=pulumi.ResourceOptions(
                 parent=self,
@@ -100,7 +103,7 @@ class PaddlexServer(pulumi.ComponentResource):
         )
         self.ready = command.local.Command(
             f"{name}-ready",
-            create=render.paddlex_ready_command(settings, paddlex),
+            create=launch.ready_command,
             environment=paddlex.host.docker_env,
             # A service started again, or checked again after a start of its container or of
             # its vLLM, is waited for.

@@ -14,7 +14,9 @@ Its config is the file `render_config` gives; a changed config replaces the cont
 nothing but counts since its start: gateway/recycler/counters.py).
 
     token = recycler_token(settings)       # None when the gateway takes no tokens
-    Recycler("local-recycler", RecyclerArgs(settings, plan, host, image, token, provider))
+    config = render_config(settings, plan, host, with_token=token is not None)
+    Recycler("local-recycler", RecyclerArgs(host, config, container_name(settings, host), image,
+             token), pulumi.ResourceOptions(provider=provider))
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components import containers, render, rollout
+from components import containers, rollout
 from components.access import sha256_hex
 from components.images import build_image
 from components.plan import CONFIG_DIR_IN_CONTAINER, FleetPlan, GatewayPlan, HostPlan
+from components.render import gateway as render
 from components.settings import RECYCLER_TOKEN_NAME, FleetSettings
 
 CONFIG_PATH = f"{CONFIG_DIR_IN_CONTAINER}/recycler.json"
@@ -128,13 +131,13 @@ ARGV = ["python", "-m", "gateway.recycler", "--config", CONFIG_PATH]
 
 @dataclass
 class RecyclerArgs:
-    settings: FleetSettings
-    plan: FleetPlan
     host: HostPlan
+    config: dict[str, Any]
+    """Its config (`render_config`)."""
+    container_name: str
     image: pulumi.Input[str] | None
     """The gateway's image on this host; None builds it here (a host without a gateway)."""
     token: pulumi.Output[str] | None
-    provider: pulumi.ProviderResource | None = None
     guard: pulumi.Output[str] | None = None
     """Resolves when the plan may be applied; an image build waits for it."""
     depends_on: list[pulumi.Resource] = field(default_factory=list)
@@ -149,11 +152,9 @@ class Recycler(pulumi.ComponentResource):
         if image is None:
             from components.gateway import GATEWAY_BUILD
 
-            image, cleanup = build_image(
-                self, f"{name}-image", GATEWAY_BUILD, host, args.provider, args.guard
-            )
+            image, cleanup = build_image(self, f"{name}-image", GATEWAY_BUILD, host, args.guard)
             waits.append(cleanup)
-        config = render_config(args.settings, args.plan, host, args.token is not None)
+        config = args.config
         uploads = [
             docker.ContainerUploadArgs(
                 file=CONFIG_PATH, content=json.dumps(config, indent=2, sort_keys=True) + "\n"
@@ -163,7 +164,7 @@ class Recycler(pulumi.ComponentResource):
             uploads.append(docker.ContainerUploadArgs(file=TOKEN_PATH, content=args.token))
         self.container = docker.Container(
             name,
-            name=container_name(args.settings, host),
+            name=args.container_name,
             image=image,
             network_mode="host",
             restart="unless-stopped",
@@ -183,6 +184,6 @@ class Recycler(pulumi.ComponentResource):
                 if label.label != containers.PORT_LABEL  # it listens on no port
             ],
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            opts=containers.child_opts(self, args.provider, depends_on=waits),
+            opts=containers.child_opts(self, depends_on=waits),
         )
         self.register_outputs({"container": self.container.name})

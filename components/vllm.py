@@ -8,17 +8,14 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components import containers, render
-from components.plan import VllmInstance
-from components.settings import FleetSettings
+from components import containers
+from components.render.vllm import VllmLaunch
 
 
 @dataclass
 class VllmServerArgs:
-    settings: FleetSettings
-    instance: VllmInstance
+    launch: VllmLaunch
     image: pulumi.Input[str]
-    provider: pulumi.ProviderResource | None = None
     after: pulumi.Input[list[pulumi.Resource]] | None = None
     """What the container waits for before it is created or replaced (the rollout's wave
     before this card's)."""
@@ -38,9 +35,9 @@ class VllmServer(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("paddleocr-fleet:fleet:VllmServer", name, {}, opts)
-        settings, vllm = args.settings, args.instance
+        launch = args.launch
+        vllm, argv = launch.instance, launch.argv
         kind = vllm.host.kind
-        argv = render.vllm_argv(settings, vllm)
         self.container = docker.Container(
             name,
             name=vllm.container_name,
@@ -49,18 +46,18 @@ class VllmServer(pulumi.ComponentResource):
             restart="unless-stopped",
             entrypoints=argv[:1],
             command=argv[1:],
-            envs=containers.envs(render.vllm_env(settings, vllm)),
+            envs=containers.envs(launch.env),
             labels=containers.labels("vllm", vllm.host, vllm.card, vllm.port),
             **containers.accelerator_args(
-                settings, vllm.host, vllm.card, kind.vllm_mounts, kind.vllm_shm_mb
+                launch.model_dir, vllm.host, vllm.card, kind.vllm_mounts, kind.vllm_shm_mb
             ),
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            opts=containers.child_opts(self, args.provider, depends_on=args.after),
+            opts=containers.child_opts(self, depends_on=args.after),
         )
         self.started = containers.last_started(self.container, vllm.container_name, vllm.host)
         self.ready = command.local.Command(
             f"{name}-ready",
-            create=render.vllm_ready_command(settings, vllm),
+            create=launch.ready_command,
             environment=vllm.host.docker_env,
             # A replaced container, and one started again (`pulumi up --refresh` after a
             # `docker stop`, a host reboot): `up` ends only once the model is loaded again.

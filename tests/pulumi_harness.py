@@ -10,6 +10,8 @@ would see: type, name, inputs, parent, dependencies, provider and the replace op
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +52,8 @@ class Registration:
     ignore_changes: list[str]
     aliases: list[str] = field(default_factory=list)
     """The names of the aliases given (by spec, as the engine receives them)."""
+    root_aliases: list[str] = field(default_factory=list)
+    """The names of the aliases that say the resource had no parent ('' for its own name)."""
 
 
 @dataclass
@@ -130,6 +134,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                     delete_before_replace=request.deleteBeforeReplace,
                     ignore_changes=list(request.ignoreChanges),
                     aliases=[a.spec.name for a in request.aliases if a.spec.name],
+                    root_aliases=[a.spec.name for a in request.aliases if a.spec.noParent],
                 )
             )
         return response
@@ -160,10 +165,12 @@ def record_stack(
     # The SDK runs on the thread's current loop; a test before us may have closed or unset it.
     asyncio.set_event_loop(asyncio.new_event_loop())
     runtime_settings.reset_options()
-    pulumi.runtime.set_all_config(
-        {f"{PROJECT}:{k}": v for k, v in config.items()},
-        [f"{PROJECT}:{k}" for k in secrets],
-    )
+    # As the language host hands it over: in PULUMI_CONFIG (what the program lists keys of),
+    # which `pulumi-language-python-exec` also sets as the SDK's config.
+    full = {f"{PROJECT}:{k}": v for k, v in config.items()}
+    pulumi.runtime.set_all_config(full, [f"{PROJECT}:{k}" for k in secrets])
+    env_before = os.environ.get("PULUMI_CONFIG")
+    os.environ["PULUMI_CONFIG"] = json.dumps(full)
     mocks = _Mocks(preview, previous_outputs, recording)
     pulumi_mocks.set_mocks(
         mocks,
@@ -172,7 +179,13 @@ def record_stack(
         preview=preview,
         monitor=_RecordingMonitor(mocks, recording),
     )
-    runpy.run_path(str(PROGRAM), run_name="__main__")
+    try:
+        runpy.run_path(str(PROGRAM), run_name="__main__")
+    finally:
+        if env_before is None:
+            os.environ.pop("PULUMI_CONFIG", None)
+        else:
+            os.environ["PULUMI_CONFIG"] = env_before
     stack = runtime_settings.get_root_resource()
     recording.outputs = {
         key: _resolve(value) for key, value in getattr(stack, "outputs", {}).items()

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from components.plan import FleetPlan, build_plan
-from components.render import topology
+from components.render.topology import topology
 from components.rollout import waves
 from components.settings import ConfigError, FleetSettings, load_settings
 from components.stack_file import stack_config

@@ -17,6 +17,8 @@ import yaml
 from components import plan as plan_module
 from components import render
 from components.plan import build_plan, slot_ports, topology_ports
+from components.render import gateway as render_gateway
+from components.render import keeper as render_keeper
 from components.settings import load_settings
 from tests.ports import free_port, free_ports
 from tests.waiting import wait_for
@@ -483,7 +485,8 @@ def test_a_handed_over_service_is_ready_only_once_its_own_process_serves(
     only once the new container's serving file exists, not when the port answers."""
     env, _, _ = shell_env
     serving = tmp_path / "run" / "serving"
-    monkeypatch.setattr(render, "SERVING_FILE", str(serving))
+    monkeypatch.setattr(render_gateway, "SERVING_FILE", str(serving))
+    monkeypatch.setattr(render_keeper, "SERVING_FILE", str(serving))
     _, plan = _settings_on(free_port())
     assert plan.gateway.keeper is not None
     target = plan.gateway if service == "gateway" else plan.gateway.keeper

@@ -51,13 +51,15 @@ def test_resource_counts(cards, vllm, paddlex):
     assert len(recording.of_type(REMOTE_IMAGE)) == 2  # the vLLM and the PaddleX image
     assert len(recording.of_type(PROVIDER)) == 1
     components = {
-        t: 0 for t in ("NpuCard", "VllmServer", "PaddlexServer", "Gateway", "SliceKeeper")
+        t: 0
+        for t in ("HostImages", "NpuCard", "VllmServer", "PaddlexServer", "Gateway", "SliceKeeper")
     }
     for r in recording.resources:
         kind = r.type.rsplit(":", 1)[-1]
         if r.type.startswith("paddleocr-fleet:fleet:"):
             components[kind] += 1
     assert components == {
+        "HostImages": 1,
         "NpuCard": cards,
         "VllmServer": vllm,
         "PaddlexServer": paddlex,
@@ -328,8 +330,47 @@ def test_renamed_host_keeps_its_resources_through_aliases():
     hosts = [{"name": "npu-b", "endpoint": "ssh://ops@npu-a", "cards": 1, "formerNames": ["npu-a"]}]
     recording = record_stack({"hosts": json.dumps(hosts)})
     card = next(r for r in recording.resources if r.name == "npu-b-card-0")
-    assert card.aliases == ["npu-a-card-0"]
-    assert recording.named("docker-npu-b").aliases == ["docker-npu-a"]
+    # under the fleet, and at the stack's root where stacks before the component held it
+    assert card.aliases == ["npu-a-card-0", "npu-a-card-0"]
+    assert card.root_aliases == ["", "npu-a-card-0"]
+    assert recording.named("docker-npu-b").root_aliases == ["", "docker-npu-a"]
+    images = next(r for r in recording.resources if r.name == "npu-b-images")
+    assert images.aliases == ["npu-a-images"] and not images.root_aliases  # new: never at the root
+    assert recording.named("npu-b-vllm-image").root_aliases == ["", "npu-a-vllm-image"]
+
+
+def test_the_fleet_component_holds_every_resource_and_its_children_were_at_the_root():
+    """Each resource descends from the one `Fleet`; each of its children but `HostImages` (new
+    with it) says it sat at the stack's root, where stacks deployed before held it (their
+    children inherit that: tests/e2e/test_component_aliases.py runs it on the engine)."""
+    secrets = {"adminTokens": json.dumps({"ops": "a" * 32})}
+    recording = record_stack(
+        {"recycle": json.dumps({"maxDocuments": 100}), "monitoring": "true", **TWO_HOSTS},
+        secrets=secrets,
+    )
+    (fleet,) = recording.of_type("paddleocr-fleet:index:Fleet")
+    assert fleet.parent.endswith("pulumi:pulumi:Stack::paddleocr-fleet-test")
+    children = [r for r in recording.resources if r.parent == fleet.urn]
+    assert {r.type for r in children} >= {
+        PROVIDER,  # (the stack reference is a read, which the mocks do not record)
+        COMMAND,  # the recyclers' token
+        "paddleocr-fleet:fleet:HostImages",
+        "paddleocr-fleet:fleet:NpuCard",
+        "paddleocr-fleet:fleet:Gateway",
+        "paddleocr-fleet:fleet:Recycler",
+        "paddleocr-fleet:fleet:Monitoring",
+    }
+    for child in children:
+        assert ("" in child.root_aliases) == (child.type != "paddleocr-fleet:fleet:HostImages")
+    by_urn = {r.urn: r for r in recording.resources}
+    for r in recording.resources:
+        chain = r
+        while chain.parent in by_urn:
+            chain = by_urn[chain.parent]
+        assert chain is fleet, f"{r.type} {r.name} is not under the fleet"
+    for image in recording.of_type(REMOTE_IMAGE):
+        assert by_urn[image.parent].type == "paddleocr-fleet:fleet:HostImages"
+        assert "" in image.root_aliases
 
 
 TWO_HOSTS = {
@@ -508,3 +549,50 @@ def test_the_keeper_runs_the_gateways_image_and_learns_of_new_instances_first():
     assert not [r for r in off.resources if "keeper" in r.name]
     config = json.loads(off.named("local-gateway-config").inputs["stdin"])
     assert "keeper" not in config["upstreams"][0]
+
+
+def test_a_key_the_program_does_not_know_is_named_not_ignored():
+    """The settings are read key by key through `pulumi.Config`; a key it was not asked for (a
+    typo) still fails the stack, named, before any resource."""
+    recording = Recording()
+    with pytest.raises(ConfigError, match="config key 'card': unknown setting; did you mean"):
+        record_stack({"card": "2"}, recording=recording)
+    assert recording.resources == []
+
+
+def test_settings_are_read_through_pulumi_config(monkeypatch):
+    asked: list[str] = []
+    original = pulumi.Config.get
+
+    def get(self, key, default=None):
+        asked.append(self.full_key(key))
+        return original(self, key, default)
+
+    monkeypatch.setattr(pulumi.Config, "get", get)
+    recording = record_stack({"cards": "3"})
+    assert "paddleocr-fleet:cards" in asked
+    assert len([r for r in recording.resources if r.type == "paddleocr-fleet:fleet:NpuCard"]) == 3
+
+
+def test_component_args_carry_what_each_needs_not_the_settings_or_a_provider():
+    """Providers reach a component through its opts; the settings are rendered for it first.
+    (Prometheus' Args name the providers of its exporters on other hosts: opts carry one Docker
+    provider.)"""
+    import dataclasses
+
+    from components import balancer, card, gateway, keeper, monitoring, paddlex, recycler, vllm
+
+    for args in (
+        card.NpuCardArgs,
+        vllm.VllmServerArgs,
+        paddlex.PaddlexServerArgs,
+        gateway.GatewayArgs,
+        keeper.SliceKeeperArgs,
+        balancer.BalancerArgs,
+        recycler.RecyclerArgs,
+        monitoring.MonitoringArgs,
+    ):
+        for field in dataclasses.fields(args):
+            named = f"{args.__name__}.{field.name}: {field.type}"
+            assert "FleetSettings" not in str(field.type), named  # annotations are strings
+            assert "Provider" not in str(field.type) or args is monitoring.MonitoringArgs, named
