@@ -31,8 +31,9 @@ from tests.e2e.sim_stack import sim_stack, tokens
 
 pytestmark = pytest.mark.docker
 
-BASE = "36addbe"
-"""The last main revision before the fleet was a component."""
+BASE = "b7e57f9"
+"""The last main revision before the fleet was a component (after the keeper's handover, which
+by itself replaces the gateway's and keeper's containers once, by handover: new arguments)."""
 PROGRAM = ("Pulumi.yaml", "__main__.py", "components", "config", "gateway")
 """The program and what it imports (the old `components.render` reads `gateway.settings`)."""
 STACK_REFERENCE = "pulumi:pulumi:StackReference"
