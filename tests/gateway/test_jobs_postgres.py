@@ -5,8 +5,9 @@ expires, and a database restart mid-job costs 503s with ``Retry-After``, never a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,20 @@ def _job(job_id: str, tenant: str, created: float, pages: int) -> Job:
     )  # fmt: skip
 
 
+@contextlib.asynccontextmanager
+async def gateways(url: str, count: int = 2) -> AsyncIterator[list[PostgresBackend]]:
+    """``count`` stores on one database, as ``count`` gateways have; closed even when the
+    test fails (an open pool would keep ``asyncio.run`` from returning)."""
+    stores: list[PostgresBackend] = []
+    try:
+        for _ in range(count):
+            stores.append(await PostgresBackend.open(url, max_bytes=10**9))
+        yield stores
+    finally:
+        for store in stores:
+            await store.close()
+
+
 def test_store_url_errors_name_the_key_and_hide_the_password() -> None:
     for url, word in (
         ("mysql://u:secret@h/db", "not a mysql URL"),
@@ -61,11 +76,8 @@ def test_schema_created_versioned_and_a_newer_one_refused(
     url = postgres_server.new_database()
 
     async def run() -> None:
-        first = await PostgresBackend.open(url, max_bytes=10**9)
-        again = await PostgresBackend.open(url, max_bytes=10**9)  # another gateway: a no-op
-        assert first.key == again.key and len(first.key) == 32  # one result URL key for all
-        await first.close()
-        await again.close()
+        async with gateways(url) as (first, again):  # the second migration is a no-op
+            assert first.key == again.key and len(first.key) == 32  # one key for all
 
     asyncio.run(run())
     with psycopg.connect(url) as conn:
@@ -85,8 +97,10 @@ def test_a_lease_keeps_a_slice_to_one_gateway_until_it_expires(
     url = postgres_server.new_database()
 
     async def run() -> None:
-        a = await PostgresBackend.open(url, max_bytes=10**9)
-        b = await PostgresBackend.open(url, max_bytes=10**9)
+        async with gateways(url) as (a, b):
+            await race(a, b)
+
+    async def race(a: PostgresBackend, b: PostgresBackend) -> None:
         now = time.time()
         for index in range(6):
             await a.create_job(_job(f"j{index}", f"t{index % 2}", now + index, 40), b"%PDF")
@@ -114,8 +128,6 @@ def test_a_lease_keeps_a_slice_to_one_gateway_until_it_expires(
         assert not await a.finish_slice(held, [{"n": i} for i in range(4)], "A")
         assert await b.finish_slice(taken[0], [{"n": i} for i in range(4)], "B")
         assert await a.renew_owned("A", 30) == (set(), set())  # nothing left to A
-        await a.close()
-        await b.close()
 
     asyncio.run(run())
 
@@ -203,8 +215,10 @@ def test_gateways_racing_for_assembly_assemble_once(postgres_server: PostgresSer
     url = postgres_server.new_database()
 
     async def run() -> None:
-        a = await PostgresBackend.open(url, max_bytes=10**9)
-        b = await PostgresBackend.open(url, max_bytes=10**9)
+        async with gateways(url) as (a, b):
+            await race(a, b)
+
+    async def race(a: PostgresBackend, b: PostgresBackend) -> None:
         for index in range(5):
             await a.create_job(_job(f"j{index}", "t", float(index), 2), b"%PDF")
         for claim in await a.claim_slices("A", 30, 10):
@@ -213,7 +227,5 @@ def test_gateways_racing_for_assembly_assemble_once(postgres_server: PostgresSer
             *(s.claim_assembly(n, 30) for _ in range(5) for n, s in (("A", a), ("B", b)))
         )
         assert sorted(j.id for j in got if j is not None) == [f"j{i}" for i in range(5)]
-        await a.close()
-        await b.close()
 
     asyncio.run(run())
