@@ -21,6 +21,7 @@ from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway
 from tests.gateway.jobs_helpers import (
     AUTH,
+    TOKEN,
     jobs_config,
     numbered_pdf,
     read_jsonl,
@@ -229,3 +230,28 @@ def test_gateways_racing_for_assembly_assemble_once(postgres_server: PostgresSer
         assert sorted(j.id for j in got if j is not None) == [f"j{i}" for i in range(5)]
 
     asyncio.run(run())
+
+
+def test_official_client_submits_through_one_gateway_and_waits_through_another(
+    tmp_path: Path,
+    start_gateway: Callable[..., RunningGateway],
+    shared_store: dict[str, Any],
+) -> None:
+    """The official ``paddleocr`` client (3.7.0) on two gateways sharing one PostgreSQL."""
+    paddleocr = pytest.importorskip("paddleocr")
+    path = tmp_path / "doc.pdf"
+    path.write_bytes(numbered_pdf(12))
+    with DoubleFleet(3, per_page_s=0.01) as fleet:
+        a = start_gateway(jobs_config(fleet.urls, tmp_path / "a", shared_store))
+        b = start_gateway(jobs_config(fleet.urls, tmp_path / "b", shared_store))
+
+        def client(gw: RunningGateway) -> Any:
+            return paddleocr.PaddleOCRClient(
+                token=TOKEN, base_url=gw.url, request_timeout=30, poll_timeout=60
+            )
+
+        with client(a) as on_a, client(b) as on_b:
+            job = on_a.submit_document_parsing(model="PaddleOCR-VL-1.5", file_path=str(path))
+            result = on_b.wait_document_parsing_result(job)
+            assert on_a.get_status(job.job_id).state == "done"
+    assert [source_page(p.raw) for p in result.pages] == list(range(12))
