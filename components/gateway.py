@@ -72,6 +72,8 @@ class Gateway(pulumi.ComponentResource):
                 settings, found[0], gateway.keeper, list(found[1:])
             )
         )
+        if settings.jobs_store_url is not None:  # it holds the database's password
+            self.config_json = pulumi.Output.secret(self.config_json)
         argv = render.gateway_argv(gateway)
         envs = [f"GATEWAY_PORT={gateway.port}"]  # the image's healthcheck probes it
         jobs_dir = (

@@ -19,7 +19,6 @@ import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -30,6 +29,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from gateway.jobs.store_url import check_postgres_url
 
 log = logging.getLogger("gateway.settings")
 
@@ -290,28 +291,6 @@ class JobsSettings(_Section):
     def enabled(self) -> bool:
         """Whether the job routes have a store (``dir`` or ``store_url``)."""
         return self.dir is not None or self.store_url is not None
-
-
-def check_postgres_url(value: str) -> str:
-    """``value`` if it is a usable ``postgresql://`` URL; the error never repeats the URL, which
-    holds a password."""
-    parts = urlsplit(value)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise ValueError(
-            f"must be a postgresql://user:password@host:port/database URL, "
-            f"not a {parts.scheme or 'scheme-less'} URL"
-        )
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError("the port of the postgresql:// URL is not a number") from None
-    if not parts.hostname and "host=" not in parts.query:
-        raise ValueError("the postgresql:// URL names no host")
-    if port == 0:
-        raise ValueError("the port of the postgresql:// URL is 0")
-    if not parts.path.strip("/"):
-        raise ValueError("the postgresql:// URL names no database (…/database)")
-    return value
 
 
 class Settings(_Section):

@@ -33,7 +33,6 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.rows import dict_row
@@ -43,6 +42,7 @@ from psycopg_pool import AsyncConnectionPool
 from gateway.jobs.backend import ResultBody, StoreUnavailable
 from gateway.jobs.fairness import SliceSize, cut_after, plan_claims
 from gateway.jobs.store import Job, SliceClaim
+from gateway.jobs.store_url import safe_url
 
 log = logging.getLogger("gateway.jobs")
 
@@ -95,12 +95,6 @@ CREATE TABLE results (
 CREATE TABLE store_keys (name TEXT PRIMARY KEY, value BYTEA NOT NULL);
 """,
 ]
-
-
-def safe_url(url: str) -> str:
-    """``host:port/database`` of a store URL, for messages (never its password)."""
-    parts = urlsplit(url)
-    return f"{parts.hostname or '?'}:{parts.port or 5432}{parts.path}"
 
 
 def _job(row: dict[str, Any]) -> Job:

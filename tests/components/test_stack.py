@@ -23,6 +23,9 @@ from tests.pulumi_harness import (
     record_stack,
 )
 
+SECRET_SIG = "4dabf18193072939515e22adb298388d"  # pulumi.runtime.rpc's _special_sig_key
+SECRET_VALUE_SIG = "1b47061264138c4ac30d75fd1eb44270"  # its _special_secret_sig
+
 
 @pytest.fixture(scope="module")
 def seed_stack() -> Recording:
@@ -503,3 +506,17 @@ def test_the_keeper_runs_the_gateways_image_and_learns_of_new_instances_first():
     assert not [r for r in off.resources if "keeper" in r.name]
     config = json.loads(off.named("local-gateway-config").inputs["stdin"])
     assert "keeper" not in config["upstreams"][0]
+
+
+def test_jobs_store_url_reaches_the_gateway_config_as_a_secret():
+    url = "postgresql://fleet:s3cret-pass@127.0.0.1:5432/jobs"
+    recording = record_stack({"portFirstCard": "2"}, secrets={"jobsStoreUrl": url})
+    uploads = recording.named("local-gateway").inputs["uploads"]
+    # Pulumi's wire form of a secret: the value under its signature (encrypted in the state)
+    assert uploads[SECRET_SIG] == SECRET_VALUE_SIG
+    (upload,) = uploads["value"]
+    assert json.loads(upload["content"])["jobs"]["store_url"] == url
+    install = recording.named("local-gateway-config")
+    assert install.inputs["stdin"][SECRET_SIG] == SECRET_VALUE_SIG
+    with pytest.raises(ConfigError, match="jobsStoreUrl"):
+        load_settings({"jobsStoreUrl": url})  # not a secret: refused
