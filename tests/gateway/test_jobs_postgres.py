@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import shutil
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -29,6 +31,7 @@ from tests.gateway.jobs_helpers import (
     source_page,
     wait_job,
 )
+from tests.gateway.multiworker_helpers import GatewayProcess
 from tests.postgres_server import PostgresServer
 
 JOBS = "/api/v2/ocr/jobs"
@@ -255,3 +258,46 @@ def test_official_client_submits_through_one_gateway_and_waits_through_another(
             result = on_b.wait_document_parsing_result(job)
             assert on_a.get_status(job.job_id).state == "done"
     assert [source_page(p.raw) for p in result.pages] == list(range(12))
+
+
+def test_a_gateway_killed_with_its_disk_lost_its_jobs_finish_through_another(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    """Two gateway processes on one PostgreSQL; A is killed (SIGKILL) mid-job and its job
+    folder deleted: every job, A's slices included once their leases expire, finishes whole
+    and in order through B."""
+    store = {"dir": None, "store_url": postgres_server.new_database(), "lease_s": 1}
+    started: list[GatewayProcess] = []
+    try:
+        with DoubleFleet(3, per_page_s=0.05) as fleet:
+            paths = []
+            for name in ("a", "b"):
+                config = jobs_config(fleet.urls, tmp_path / name, {**store, "dir": None})
+                (tmp_path / name).mkdir()
+                paths.append(tmp_path / name / "gateway.json")
+                paths[-1].write_text(json.dumps(config))
+            a = GatewayProcess(paths[0], tmp_path / "a.log", workers=1)
+            started.append(a)
+            ids = [
+                a.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(24))})
+                .json()["data"]["jobId"]
+                for _ in range(3)
+            ]  # fmt: skip
+            for _ in range(600):  # kill with pages done and pages not
+                data = a.client.get(f"{JOBS}/{ids[0]}", headers=AUTH).json()["data"]
+                if 0 < data["extractProgress"]["extractedPages"] < 24:
+                    break
+                time.sleep(0.02)
+            assert 0 < data["extractProgress"]["extractedPages"] < 24, data
+            a.kill()
+            shutil.rmtree(tmp_path / "a")  # its config and anything else it had on disk
+            b = GatewayProcess(paths[1], tmp_path / "b.log", workers=1)
+            started.append(b)
+            for job_id in ids:
+                data = wait_job(b.client, job_id, limit_s=120)
+                assert data["state"] == "done", data
+                pages = result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
+                assert [source_page(p) for p in pages] == list(range(24))
+    finally:
+        for gw in started:
+            gw.stop()
