@@ -42,8 +42,12 @@ ResultBody = Path | bytes
 class JobBackend(Protocol):
     """What the router and the runner need of a job store (see each method's backend)."""
 
-    key: bytes  # the HMAC key of result URLs, the same for every gateway sharing the store
     name: str  # "sqlite" or "postgres", for logs
+
+    @property
+    def key(self) -> bytes:
+        """The HMAC key of result URLs, the same for every gateway sharing the store."""
+        ...
 
     async def close(self) -> None: ...
 

@@ -27,6 +27,7 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
@@ -124,6 +125,19 @@ async def _now(cur: Cursor) -> float:
     return float(row["now"])
 
 
+async def _load_key(cur: Cursor) -> bytes:
+    """The result URL key: made by the first gateway, read by every other."""
+    await cur.execute(
+        "INSERT INTO store_keys (name, value) VALUES ('result_url', %s)"
+        " ON CONFLICT (name) DO NOTHING",
+        (secrets.token_bytes(32),),
+    )
+    await cur.execute("SELECT value FROM store_keys WHERE name = 'result_url'")
+    row = await cur.fetchone()
+    assert row is not None
+    return bytes(row["value"])
+
+
 async def migrate(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
     """Bring the schema to the newest version; (version found, version now)."""
     async with conn.transaction():
@@ -152,15 +166,27 @@ class PostgresBackend:
         self.pool = pool
         self.where = safe_url(url)
         self.max_bytes = max_bytes
-        self.key = b""
+        self._key: bytes | None = None  # loaded with the schema (:meth:`_setup`)
+        self._setup_lock = asyncio.Lock()
         self._snapshot: dict[str, Any] = _empty_stats(max_bytes)
         self._snapshot_at = 0.0
+
+    @property
+    def key(self) -> bytes:
+        """The result URL key, the same for every gateway on this database; StoreUnavailable
+        until the database was reached once (no URL is signed or checked without it)."""
+        if self._key is None:
+            raise StoreUnavailable(f"job store {self.where}: not reached yet")
+        return self._key
 
     @classmethod
     async def open(
         cls, url: str, *, max_bytes: int, timeout_s: float = 5.0, pool_size: int = 8
     ) -> PostgresBackend:
-        """Connect, create or migrate the schema, load the result URL key."""
+        """Connect, create or migrate the schema, load the result URL key. A database that
+        cannot be reached now does not stop the gateway: the job routes answer 503 and the
+        schema is set up by the first call that reaches it. A schema newer than this
+        gateway knows is a RuntimeError."""
         pool = AsyncConnectionPool(
             url,
             min_size=1,
@@ -172,18 +198,12 @@ class PostgresBackend:
             name="jobs",
         )
         store = cls(pool, url, max_bytes)
+        await pool.open(wait=False)
         try:
-            await pool.open(wait=True, timeout=timeout_s)
-        except psycopg.OperationalError as exc:
-            await pool.close()
-            raise StoreUnavailable(f"cannot reach the job store at {store.where}: {exc}") from None
-        try:
-            async with pool.connection() as conn:
-                found, now = await migrate(conn)
-            if found != now:
-                log.info("jobs: store schema migrated from version %d to %d", found, now)
-            store.key = await store._load_key()
+            await store._ensure_setup()
             await store.refresh()
+        except StoreUnavailable as exc:
+            log.warning("jobs: the store is unreachable, the job routes answer 503: %s", exc)
         except BaseException:
             await pool.close()
             raise
@@ -192,9 +212,29 @@ class PostgresBackend:
     async def close(self) -> None:
         await self.pool.close()
 
+    async def _ensure_setup(self) -> None:
+        """Migrate the schema and load the key, once (the first call that reaches the
+        database)."""
+        if self._key is not None:
+            return
+        async with self._setup_lock:
+            if self._key is not None:
+                return
+            try:
+                async with self.pool.connection() as conn:
+                    found, now = await migrate(conn)
+                    async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                        key = await _load_key(cur)
+            except psycopg.OperationalError as exc:
+                raise StoreUnavailable(f"job store {self.where}: {exc}") from None
+            if found != now:
+                log.info("jobs: store schema migrated from version %d to %d", found, now)
+            self._key = key
+
     async def _run(self, work: Callable[[Cursor], Awaitable[T]]) -> T:
         """``work`` in one transaction, retried when the database rolled it back (a deadlock
         between claims); StoreUnavailable when the database cannot be reached."""
+        await self._ensure_setup()
         for attempt in range(_RETRIES):
             try:
                 async with (
@@ -209,20 +249,6 @@ class PostgresBackend:
             except psycopg.OperationalError as exc:
                 raise StoreUnavailable(f"job store {self.where}: {exc}") from None
         raise AssertionError("unreachable")
-
-    async def _load_key(self) -> bytes:
-        async def load(cur: Cursor) -> bytes:
-            await cur.execute(
-                "INSERT INTO store_keys (name, value) VALUES ('result_url', %s)"
-                " ON CONFLICT (name) DO NOTHING",
-                (secrets.token_bytes(32),),
-            )
-            await cur.execute("SELECT value FROM store_keys WHERE name = 'result_url'")
-            row = await cur.fetchone()
-            assert row is not None
-            return bytes(row["value"])
-
-        return await self._run(load)
 
     # ------------------------------------------------------------------ jobs
     async def disk_bytes(self) -> int:

@@ -301,3 +301,39 @@ def test_a_gateway_killed_with_its_disk_lost_its_jobs_finish_through_another(
     finally:
         for gw in started:
             gw.stop()
+
+
+def test_a_gateway_started_while_the_database_is_down_serves_and_takes_jobs_later(
+    tmp_path: Path,
+    start_gateway: Callable[..., RunningGateway],
+    own_server: PostgresServer,
+) -> None:
+    """The job database down at start does not keep the gateway down: documents are parsed,
+    the job routes answer 503 (result URLs included: no key, no signature checked), and the
+    schema is made once the database is there."""
+    store = {"dir": None, "store_url": own_server.new_database(), "store_timeout_s": 1}
+    own_server.stop()
+    try:
+        with DoubleFleet(2) as fleet:
+            gw = start_gateway(jobs_config(fleet.urls, tmp_path / "jobs", store))
+            assert gw.client.get("/health").status_code == 200
+            status = gw.client.get(f"{JOBS}/job-x", headers=AUTH)
+            result = gw.client.get("/api/v2/ocr/results/job-x.jsonl?expires=9999999999&sig=00")
+            for answer in (status, result):
+                assert answer.status_code == 503 and answer.headers["Retry-After"] == "5"
+            own_server.start()
+            deadline = time.monotonic() + 30
+            while (
+                submitted := gw.client.post(
+                    JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(6))}
+                )
+            ).status_code == 503:
+                assert time.monotonic() < deadline, submitted.text
+                time.sleep(0.2)
+            data = wait_job(gw.client, submitted.json()["data"]["jobId"])
+            assert data["state"] == "done", data
+            pages = result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
+            assert [source_page(p) for p in pages] == list(range(6))
+    finally:
+        with contextlib.suppress(RuntimeError):
+            own_server.start()  # (already started: pg_ctl says so, which is fine)
