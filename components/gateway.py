@@ -76,6 +76,8 @@ class Gateway(pulumi.ComponentResource):
                 config_with_upstreams(args.base_config, found[0], gateway.keeper, list(found[1:]))
             )
         )
+        if "store_url" in args.base_config.get("jobs", {}):  # it holds the database's password
+            self.config_json = pulumi.Output.secret(self.config_json)
         argv = render.gateway_argv(gateway)
         envs = [f"GATEWAY_PORT={gateway.port}"]  # the image's healthcheck probes it
         labels = containers.labels("gateway", gateway.host, None, gateway.port)

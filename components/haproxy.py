@@ -9,7 +9,8 @@ Pure text rendering. `balancer_config(settings, plan)` gives the config the stac
 
 Interactive routes go to the gateway with the fewest requests in progress relative to its weight
 (its number of PaddleX instances). The job API (`/api/v2/ocr/...`) goes to one gateway, whose
-job store holds the jobs it created, with the others as backups for new jobs while it is down.
+job store holds the jobs it created, with the others as backups for new jobs while it is down;
+with `jobsStoreUrl` (one job store shared by every gateway) it is balanced like documents.
 A gateway whose `/ready` fails (no instance of its host can serve) gets no documents.
 """
 
@@ -51,6 +52,9 @@ class HaproxySpec:
     backends: tuple[Backend, ...]
     jobs_backend: str | None = None
     """The backend that takes the job API; None: the first."""
+    shared_jobs: bool = False
+    """Every gateway keeps its jobs in one shared store (`jobsStoreUrl`): the job API is
+    balanced like documents, no gateway is its home."""
     bind_address: str = "*"
     check_interval_s: float = 2.0
     request_timeout_s: float = 930.0
@@ -115,18 +119,21 @@ def render_haproxy(spec: HaproxySpec) -> str:
         f"    monitor-uri {HEALTH_URI}",
         "    monitor fail if { nbsrv(gateways) lt 1 }",
         *_client_bound(spec.max_conn_per_client),
-        f"    use_backend jobs if {{ path_beg {JOBS_PREFIX} }}",
+        *([] if spec.shared_jobs else [f"    use_backend jobs if {{ path_beg {JOBS_PREFIX} }}"]),
         "    default_backend gateways",
         "",
         "backend gateways",
         "    balance leastconn",
         *checks,
         *(server(b) for b in spec.backends),
-        "",
-        "backend jobs",
-        *checks,
-        *(server(b, "" if b.name == jobs else " backup") for b in spec.backends),
     ]
+    if not spec.shared_jobs:
+        lines += [
+            "",
+            "backend jobs",
+            *checks,
+            *(server(b, "" if b.name == jobs else " backup") for b in spec.backends),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -172,6 +179,7 @@ def haproxy_spec(settings: FleetSettings, plan: FleetPlan) -> HaproxySpec:
         port=balancer.port,
         backends=backends,
         jobs_backend=balancer.jobs_backend.host.name,
+        shared_jobs=settings.jobs_store_url is not None,
         check_interval_s=balancer.check_interval_s,
         request_timeout_s=gateway.http.request_deadline_s + 30,
         header_timeout_s=gateway.server.header_timeout_s,

@@ -30,6 +30,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel, to_snake
 
+from gateway.jobs.store_url import check_postgres_url
+
 AcceleratorName = Literal["ascend", "nvidia", "sim"]
 GatewayLayout = Literal["single", "per-host"]
 LOCAL_DOCKER = "unix:///var/run/docker.sock"
@@ -49,7 +51,7 @@ class _Model(BaseModel):
 
 
 Port = Field(ge=1, le=65535)
-SECRET_KEYS = ("tokens", "adminTokens")
+SECRET_KEYS = ("tokens", "adminTokens", "jobsStoreUrl")
 """Config keys that hold credentials: accepted only as Pulumi secrets."""
 TOKEN_NAME = r"^[A-Za-z0-9_.@-]{1,64}$"
 RECYCLER_TOKEN_NAME = "recycler"
@@ -296,6 +298,19 @@ class FleetSettings(_Model):
     tokens: dict[str, TokenEntry] = Field(default_factory=dict)
     admin_tokens: dict[str, SecretStr] = Field(default_factory=dict)
     allow_open_access: bool = False
+    jobs_store_url: SecretStr | None = Field(
+        default=None,
+        description="a PostgreSQL every gateway keeps its jobs in (postgresql://user:password@"
+        "host:port/database; a secret): a job accepted by one gateway runs on and is served "
+        "by every gateway (gateway/jobs/postgres.py); unset: each gateway's own SQLite store",
+    )
+
+    @field_validator("jobs_store_url")
+    @classmethod
+    def _store_url(cls, url: SecretStr | None) -> SecretStr | None:
+        if url is not None:
+            check_postgres_url(url.get_secret_value())
+        return url
 
     @field_validator("tokens", "admin_tokens")
     @classmethod
@@ -499,7 +514,10 @@ def _describe(exc: ValidationError, implicit_host: bool) -> str:
             continue  # a consequence of an invalid host, which has its own message
         key = _key_of(error["loc"], implicit_host)
         got = error.get("input")
-        credential = error["loc"][:1] in (("tokens",), ("admin_tokens",))
+        credential = error["loc"][:1] in (
+            ("tokens",), ("admin_tokens",), ("adminTokens",), ("jobs_store_url",),
+            ("jobsStoreUrl",),
+        )  # fmt: skip
         shown = "" if credential or isinstance(got, dict | list | tuple) else f", got {got!r}"
         message = error["msg"].removeprefix("Value error, ")
         problems.append(f"config key '{key}': {message}{shown}")

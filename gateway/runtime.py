@@ -36,8 +36,8 @@ import httpx
 from gateway.access import Access
 from gateway.health import HealthChecker
 from gateway.inputs import DocumentInspector
+from gateway.jobs.backend import JobBackend, open_backend
 from gateway.jobs.runner import JobRunner
-from gateway.jobs.store import JobStore
 from gateway.metrics import GatewayMetrics
 from gateway.occupancy import Seat
 from gateway.pool import UpstreamPool
@@ -117,7 +117,7 @@ class Runtime:
             )
         self._retired: set[asyncio.Task[None]] = set()
         # the job store and runner (jobs.dir; read at start-up, a reload does not move it)
-        self.jobs: tuple[JobStore, JobRunner] | None = None
+        self.jobs: tuple[JobBackend, JobRunner] | None = None
 
     def _client(self) -> UpstreamClient:
         if self.client is None:
@@ -145,13 +145,13 @@ class Runtime:
         if self.seat is not None:
             self.seat.listen(asyncio.get_running_loop(), self._on_wake)
         self.health.start()
-        if self.settings.jobs.dir is not None:
-            store = JobStore(Path(self.settings.jobs.dir))
+        if self.settings.jobs.enabled:
+            store = await open_backend(self.settings.jobs)
             runner = JobRunner(self, store)
-            runner.start()
+            await runner.start()
             self.jobs = (store, runner)
-            self.metrics.job_stats = lambda: store.stats(running=False)
-            log.info("jobs: store at %s", self.settings.jobs.dir)
+            self.metrics.job_stats = store.scrape_stats
+            log.info("jobs: %s store", store.name)
         if self.watcher is not None:
             self.watcher.start(poll=self.settings.reload.enabled)
         log.info(
@@ -177,7 +177,7 @@ class Runtime:
             store, runner = self.jobs
             self.metrics.job_stats = None
             await runner.stop()
-            store.close()
+            await store.close()
             self.jobs = None
         for task in list(self._retired):
             task.cancel()

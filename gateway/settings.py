@@ -30,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.jobs.store_url import check_postgres_url
+
 log = logging.getLogger("gateway.settings")
 
 POLICY_NAMES: tuple[str, ...] = ("round_robin", "random", "least_inflight", "p2c", "queue")
@@ -262,6 +264,11 @@ class JobsSettings(_Section):
     the store)."""
 
     dir: str | None = None  # SQLite (WAL) store plus inputs and results; the Pulumi mount
+    # a PostgreSQL shared by every gateway (gateway.jobs.postgres): postgresql://user:pw@h/db;
+    # when set it is the store (dir is not used for jobs)
+    store_url: str | None = None
+    store_timeout_s: float = Field(5.0, gt=0)  # longest wait for the database before a 503
+    store_pool_size: int = Field(8, ge=1)  # connections of one gateway process to it
     model: str = "PaddleOCR-VL-1.5"  # the model name clients must ask for
     max_pages: int = Field(1000, ge=1)  # pages per job (the hosted service's limit)
     slice_attempts: int = Field(3, ge=1)  # dispatch rounds of one slice before it is split
@@ -272,6 +279,18 @@ class JobsSettings(_Section):
     max_disk_bytes: int = Field(20 * 1024**3, ge=1)  # the store's files; over it submit 503
     public_url: str | None = None  # base of jsonUrl (default: the request's base URL)
     callbacks_enabled: bool = True  # optional callbackUrl, SSRF-guarded like fileUrl
+
+    @field_validator("store_url")
+    @classmethod
+    def _check_store_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        return check_postgres_url(value)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the job routes have a store (``dir`` or ``store_url``)."""
+        return self.dir is not None or self.store_url is not None
 
 
 class Settings(_Section):

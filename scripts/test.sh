@@ -40,6 +40,8 @@ has wrk || netns_packages+=(wrk)
 # loads the status page headless (tests/gateway/test_status_page.py)
 has promtool || netns_packages+=(prometheus)
 has chromium || netns_packages+=(chromium)
+# PostgreSQL's server: the job store tests start their own cluster (tests/postgres_server.py)
+compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || netns_packages+=(postgresql)
 if [ ${#netns_packages[@]} -gt 0 ] && [ "$(id -u)" -eq 0 ]; then
   echo "installing ${netns_packages[*]} for the tests"
   # The tests start their own sshd: keep the package from starting one on port 22.

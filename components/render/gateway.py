@@ -122,6 +122,10 @@ def _operator_gateway_config(settings: FleetSettings) -> dict[str, Any]:
         _merge(config.setdefault("auth", {}), auth)
     jobs = config.setdefault("jobs", {})
     jobs.setdefault("dir", JOBS_DIR_IN_CONTAINER)
+    if settings.jobs_store_url is not None:
+        # every gateway on one PostgreSQL (gateway/jobs/postgres.py); the config is then a
+        # Pulumi secret (components/gateway.py)
+        jobs["store_url"] = settings.jobs_store_url.get_secret_value()
     # In the folder every gateway container of the host mounts: a gateway and the one it hands
     # its port to (components/gateway.py) accept the same local token.
     config.setdefault("auth", {}).setdefault("local_token_file", LOCAL_TOKEN_FILE)

@@ -15,7 +15,6 @@ Usage::
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import secrets
@@ -31,6 +30,7 @@ from gateway.access import AccessError, Principal
 from gateway.documents import SOURCE_FIELDS, resolve_input
 from gateway.errors import request_context
 from gateway.inputs import Document, InputError
+from gateway.jobs.backend import RETRY_AFTER_S, JobBackend, StoreUnavailable
 from gateway.jobs.protocol import (
     ProtocolError,
     check_result_signature,
@@ -49,7 +49,7 @@ from gateway.jobs.schemas import (
     envelope_errors,
     submission_body,
 )
-from gateway.jobs.store import Job, JobStore
+from gateway.jobs.store import Job
 from gateway.routers.common import read_body, runtime_of
 from gateway.runtime import Runtime
 
@@ -58,9 +58,11 @@ router = APIRouter(tags=["jobs (official PaddleOCR API)"])
 JOBS_PATH = "/api/v2/ocr/jobs"
 
 
-def _service(runtime: Runtime) -> tuple[JobStore, JobRunner]:
+def _service(runtime: Runtime) -> tuple[JobBackend, JobRunner]:
     if runtime.jobs is None:
-        raise ProtocolError(503, "jobs are not enabled on this gateway (set jobs.dir)")
+        raise ProtocolError(
+            503, "jobs are not enabled on this gateway (set jobs.dir or jobs.store_url)"
+        )
     return runtime.jobs
 
 
@@ -79,7 +81,7 @@ def _visible(job: Job | None, principal: Principal, job_id: str) -> Job:
     return job
 
 
-def _json_url(request: Request, runtime: Runtime, store: JobStore, job: Job) -> str | None:
+def _json_url(request: Request, runtime: Runtime, store: JobBackend, job: Job) -> str | None:
     if job.state != "done":
         return None
     base = runtime.settings.jobs.public_url or str(request.base_url)
@@ -165,7 +167,7 @@ async def _submit(request: Request, runtime: Runtime, principal: Principal) -> R
         raise ProtocolError(
             413, f"{len(pages)} pages, the limit is {jobs.max_pages} (jobs.max_pages)"
         )
-    if await asyncio.to_thread(store.disk_bytes) + len(doc.data) > jobs.max_disk_bytes:
+    if await store.disk_bytes() + len(doc.data) > jobs.max_disk_bytes:
         raise ProtocolError(
             503,
             f"the job store is full (jobs.max_disk_bytes={jobs.max_disk_bytes}); retry later",
@@ -188,9 +190,8 @@ async def _submit(request: Request, runtime: Runtime, principal: Principal) -> R
         extracted=0,
     )
     try:  # its pages are cut into slices when they are dispatched (gateway.jobs.runner)
-        await asyncio.to_thread(store.create_job, job, doc.data)
+        await store.create_job(job, doc.data)
     except OSError as exc:
-        store.input_path(job.id).unlink(missing_ok=True)
         raise ProtocolError(503, f"cannot store the job: {exc}", {"Retry-After": "60"}) from None
     runner.wake()
     return envelope({"jobId": job.id, **({"batchId": job.batch_id} if job.batch_id else {})})
@@ -210,6 +211,11 @@ def _in_envelope(route: Route) -> Route:
             return envelope_error(exc.status, exc.message, exc.headers)
         except InputError as exc:
             return envelope_error(exc.status, f"{exc.code}: {exc.message}")
+        except StoreUnavailable as exc:
+            return envelope_error(
+                503, f"the job store is unavailable, retry later: {exc}",
+                {"Retry-After": str(RETRY_AFTER_S)},
+            )  # fmt: skip
 
     return answered
 
@@ -246,7 +252,7 @@ async def batch_status(request: Request, batch_id: str) -> Response:
     runtime = runtime_of(request)
     principal = _principal(request, runtime)
     store, _ = _service(runtime)
-    batch = await asyncio.to_thread(store.batch, batch_id)
+    batch = await store.batch(batch_id)
     jobs = [j for j in batch if j.tenant == principal.name or principal.admin]
     if not jobs:
         raise ProtocolError(404, f"batch {batch_id!r} not found")
@@ -265,7 +271,7 @@ async def job_status(request: Request, job_id: str) -> Response:
     runtime = runtime_of(request)
     principal = _principal(request, runtime)
     store, _ = _service(runtime)
-    job = _visible(await asyncio.to_thread(store.get, job_id), principal, job_id)
+    job = _visible(await store.get(job_id), principal, job_id)
     return envelope(job_data(job, _json_url(request, runtime, store, job)))
 
 
@@ -280,10 +286,10 @@ async def cancel_job(request: Request, job_id: str) -> Response:
     runtime = runtime_of(request)
     principal = _principal(request, runtime)
     store, runner = _service(runtime)
-    _visible(await asyncio.to_thread(store.get, job_id), principal, job_id)
-    await asyncio.to_thread(store.fail, job_id, "cancelled by the caller")
+    _visible(await store.get(job_id), principal, job_id)
+    await store.fail(job_id, "cancelled by the caller")
     runner.wake()
-    job = _visible(await asyncio.to_thread(store.get, job_id), principal, job_id)
+    job = _visible(await store.get(job_id), principal, job_id)
     return envelope(job_data(job, _json_url(request, runtime, store, job)))
 
 
@@ -301,8 +307,10 @@ async def job_result(request: Request, job_id: str, expires: str = "", sig: str 
     store, _ = _service(runtime_of(request))
     if not check_result_signature(store.key, job_id, expires, sig):
         raise ProtocolError(403, "the result URL is invalid or has expired")
-    job = await asyncio.to_thread(store.get, job_id)
-    path = store.result_path(job_id)
-    if job is None or job.state != "done" or not path.is_file():
+    job = await store.get(job_id)
+    body = None if job is None or job.state != "done" else await store.result(job_id)
+    if body is None:
         raise ProtocolError(404, f"no result for job {job_id!r}")
-    return FileResponse(path, media_type="application/jsonl; charset=utf-8")
+    if isinstance(body, bytes):
+        return Response(body, media_type="application/jsonl; charset=utf-8")
+    return FileResponse(body, media_type="application/jsonl; charset=utf-8")

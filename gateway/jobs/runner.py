@@ -1,13 +1,14 @@
 """The job runner: page slices through the central queue, then one assembly per job.
 
-Each gateway process runs one :class:`JobRunner` over the shared :class:`JobStore`. It leases
-slices (fair among tenants: the tenant with the fewest slices running goes first) for the
-upstream slots free now, less a reserve for interactive requests (:meth:`JobRunner.room`), and
-sends each as one ``/layout-parsing`` through
-:meth:`gateway.proxy.Proxy.run` with ``background=True``: interactive requests go first, and a
-failed attempt fails over to another instance. A slice that fails on ``jobs.slice_attempts``
-rounds is split into single pages; a page that fails on every instance fails the job, naming the
-page. When every slice is done one process assembles the pages in order, sends one
+Each gateway process runs one :class:`JobRunner` over the shared job store
+(:mod:`gateway.jobs.backend`). It leases slices (fair among tenants: the tenant with the
+fewest slices running goes first) for the upstream slots free now, less a reserve for
+interactive requests (:meth:`JobRunner.room`), and sends each as one ``/layout-parsing``
+through :meth:`gateway.proxy.Proxy.run` with ``background=True``: interactive requests go
+first, and a failed attempt fails over to another instance. A slice that fails on
+``jobs.slice_attempts`` rounds is split into single pages; a page that fails on every
+instance fails the job, naming the page. When every slice is done one process assembles the
+pages in order, sends one
 ``/restructure-pages`` over all of them and writes the JSON Lines result.
 
 Pages are cut into slices when they are leased (:meth:`JobRunner.slice_size`), sized so that
@@ -24,7 +25,7 @@ taken over, and finished slices are kept. Every store call runs in a thread, off
 Usage::
 
     runner = JobRunner(runtime, store)
-    runner.start()
+    await runner.start()
     runner.wake()          # after a submit
     await runner.stop()
 """
@@ -54,8 +55,10 @@ from gateway.fanout import (
     slice_work,
     spread_size,
 )
+from gateway.jobs.backend import JobBackend, StoreUnavailable
+from gateway.jobs.fairness import SliceSize
 from gateway.jobs.protocol import job_data
-from gateway.jobs.store import Job, JobStore, SliceClaim, SliceSize
+from gateway.jobs.store import Job, SliceClaim
 from gateway.keeper.client import find_slice, slice_key
 from gateway.paddlex_api import layout_body, restructure_body, restructured
 from gateway.upstream import Upstream
@@ -74,7 +77,7 @@ _SAW = frozenset({"server_error", "timeout", "reset", "protocol_error"})  # fail
 class JobRunner:
     """See module doc."""
 
-    def __init__(self, runtime: Runtime, store: JobStore) -> None:
+    def __init__(self, runtime: Runtime, store: JobBackend) -> None:
         self.runtime = runtime
         self.store = store
         self.owner = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
@@ -94,8 +97,8 @@ class JobRunner:
     def jobs(self) -> Any:
         return self.runtime.settings.jobs
 
-    def start(self) -> None:
-        self.store.register_owner(self.owner)
+    async def start(self) -> None:
+        await self.store.register_owner(self.owner)
         loop = asyncio.get_running_loop()
         self._loop_task = loop.create_task(self._loop())
         self._renew_task = loop.create_task(self._renew_loop())
@@ -110,7 +113,8 @@ class JobRunner:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await asyncio.to_thread(self.store.release_owner, self.owner)
+        with contextlib.suppress(StoreUnavailable):  # then the leases expire
+            await self.store.release_owner(self.owner)
 
     def _spawn(self, coro: Any, key: tuple[str, int] | str | None = None) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -133,6 +137,8 @@ class JobRunner:
                 if woken or time.monotonic() - last >= self.jobs.poll_interval_s:
                     last = time.monotonic()
                     await self._tick()
+            except StoreUnavailable as exc:
+                log.warning("job runner: the job store is unavailable (%s)", exc)
             except Exception:
                 log.exception("job runner tick failed")
             # pages waiting for a free upstream: look again soon (an interactive request
@@ -191,8 +197,8 @@ class JobRunner:
         if room <= 0:
             self._more = True  # no room: whether pages wait is for the next look to tell
             return
-        claims = await asyncio.to_thread(
-            self.store.claim_slices, self.owner, self.jobs.lease_s, room, self.slice_size(start)
+        claims = await self.store.claim_slices(
+            self.owner, self.jobs.lease_s, room, self.slice_size(start)
         )
         self._more = len(claims) == room  # pages may still wait
         for group in _by_job(claims):
@@ -207,26 +213,27 @@ class JobRunner:
         """Assemblies, callbacks and the purge (when woken, at most every poll interval)."""
         jobs, store = self.jobs, self.store
         while self._assemblies < 2:
-            job = await asyncio.to_thread(store.claim_assembly, self.owner, jobs.lease_s)
+            job = await store.claim_assembly(self.owner, jobs.lease_s)
             if job is None:
                 break
             self._assemblies += 1
             self._spawn(self._assemble(job), job.id)
         if jobs.callbacks_enabled:
-            for job in await asyncio.to_thread(store.callbacks_due):
-                if await asyncio.to_thread(store.mark_callback, job.id):
+            for job in await store.callbacks_due():
+                if await store.mark_callback(job.id):
                     self._spawn(self._callback(job))
+        await store.refresh()
         now = time.time()
         if now - self._purged > 60:
             self._purged = now
-            purged = await asyncio.to_thread(store.purge, now - jobs.retention_s)
+            purged = await store.purge(now - jobs.retention_s)
             if purged:
                 log.info("purged %d finished jobs older than jobs.retention_s", purged)
 
     async def _reap(self) -> None:
         """Release the leases of runners whose process is gone (a gateway killed before us)."""
         try:
-            dead = await asyncio.to_thread(self.store.reap_dead_owners)
+            dead = await self.store.reap_dead_owners()
         except Exception:
             log.exception("reaping the leases of dead job runners failed")
             return
@@ -242,9 +249,10 @@ class JobRunner:
             await asyncio.sleep(self.jobs.lease_s / 3)
             keys = list(self._held)  # leased before the renewal: it must find them
             try:
-                slices, assembling = await asyncio.to_thread(
-                    self.store.renew_owned, self.owner, self.jobs.lease_s
-                )
+                slices, assembling = await self.store.renew_owned(self.owner, self.jobs.lease_s)
+            except StoreUnavailable as exc:
+                log.warning("renewing the job leases failed: the store is unavailable (%s)", exc)
+                continue
             except Exception:
                 log.exception("renewing the job leases failed")
                 continue
@@ -273,15 +281,15 @@ class JobRunner:
             await self._slice_attempt(claim, (await asyncio.shield(files))[index], upstream_done)
         except asyncio.CancelledError:
             log.info("slice %s/%d given up (lease lost or stopping)", claim.job.id, claim.first)
+        except StoreUnavailable as exc:  # its lease expires: this or another runner retakes it
+            log.warning("slice %s/%d given up: %s", claim.job.id, claim.first, exc)
         except Exception as exc:
             log.exception("slice %s/%d failed", claim.job.id, claim.first)
             if claim.attempts + 1 >= self.jobs.slice_attempts:  # a bug: no endless retries
                 label = pages_label(claim.job.pages[claim.first : claim.first + claim.count])
-                await asyncio.to_thread(self.store.fail, claim.job.id, f"{label}: {exc!r}")
+                await self.store.fail(claim.job.id, f"{label}: {exc!r}")
             else:
-                await asyncio.to_thread(
-                    self.store.retry_slice, claim, self.owner, claim.failed, True, False
-                )
+                await self.store.retry_slice(claim, self.owner, claim.failed, True, False)
         finally:
             upstream_done()
             self._forget((claim.job.id, claim.first))
@@ -292,7 +300,7 @@ class JobRunner:
         a worker process, :meth:`gateway.inputs.DocumentInspector.cut`), for slices of one
         job."""
         job = claims[0].job
-        data = await asyncio.to_thread(self.store.input_path(job.id).read_bytes)
+        data = await self.store.read_input(job.id)
         if job.kind != "pdf":
             return [pybase64.b64encode_as_string(data)] * len(claims)
         slices = [job.pages[c.first : c.first + c.count] for c in claims]
@@ -328,16 +336,30 @@ class JobRunner:
                 pages = await self._dispatch(claim, on_upstream, pin)
         except UpstreamClientError as exc:
             message = f"{label}: the upstream rejected the document: {exc.message}"
-            await asyncio.to_thread(store.fail, job.id, message)
+            await store.fail(job.id, message)
             return
         except GatewayError as exc:
-            await asyncio.to_thread(self._slice_failed, claim, exc, label)
+            await self._slice_failed(claim, exc, label)
             return
         finally:
             if sent:
                 self._sent -= 1
             upstream_done()
-        await asyncio.to_thread(store.finish_slice, claim, pages, self.owner)
+        await self._finish_slice(claim, pages)
+
+    async def _finish_slice(self, claim: SliceClaim, pages: list[Any]) -> None:
+        """Store a slice's pages, waiting out a store that is unreachable for a while (a
+        database restarting): the pages are not parsed again if the lease is still ours when
+        it returns. Cancelled with the lease, like the parse."""
+        delay = 0.2
+        while True:
+            try:
+                await self.store.finish_slice(claim, pages, self.owner)
+                return
+            except StoreUnavailable as exc:
+                log.warning("slice %s/%d: storing it waits (%s)", claim.job.id, claim.first, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def _from_keepers(
         self, claim: SliceClaim, key: str
@@ -387,8 +409,8 @@ class JobRunner:
         )
         return pages
 
-    def _slice_failed(self, claim: SliceClaim, exc: GatewayError, label: str) -> None:
-        """Give a failed slice back, split it, or fail its job (store calls: run in a thread)."""
+    async def _slice_failed(self, claim: SliceClaim, exc: GatewayError, label: str) -> None:
+        """Give a failed slice back, split it, or fail its job."""
         tried = [a.upstream for a in exc.details.get("attempts", []) if a.outcome != "success"]
         failed = sorted(set(claim.failed) | set(tried))
         if exc.code in _WAITED or (exc.status == 503 and not tried and exc.code != "no_upstream"):
@@ -397,16 +419,16 @@ class JobRunner:
             # is still avoided, one that refused the connect never saw it
             seen = [a.upstream for a in exc.details.get("attempts", []) if a.outcome in _SAW]
             kept = sorted(set(claim.failed) | set(seen))
-            self.store.retry_slice(claim, self.owner, kept, counted=False, split=False)
+            await self.store.retry_slice(claim, self.owner, kept, counted=False, split=False)
             return
         everywhere = exc.code == "no_upstream" or claim.attempts + 1 >= self.jobs.slice_attempts
         if not everywhere:
-            self.store.retry_slice(claim, self.owner, failed, counted=True, split=False)
+            await self.store.retry_slice(claim, self.owner, failed, counted=True, split=False)
         elif claim.count > 1:
             log.info("job %s: %s failed (%s); retrying page by page", claim.job.id, label, exc)
-            self.store.retry_slice(claim, self.owner, [], counted=True, split=True)
+            await self.store.retry_slice(claim, self.owner, [], counted=True, split=True)
         else:
-            self.store.fail(claim.job.id, f"{label} failed on every upstream: {exc.message}")
+            await self.store.fail(claim.job.id, f"{label} failed on every upstream: {exc.message}")
             log.warning("job %s failed: %s failed on every upstream", claim.job.id, label)
 
     async def _assemble(self, job: Job) -> None:
@@ -414,20 +436,15 @@ class JobRunner:
             await self._assemble_job(job)
         except asyncio.CancelledError:
             log.info("job %s: assembly given up (lease lost or stopping)", job.id)
+        except StoreUnavailable as exc:  # its lease expires: assembled again later
+            log.warning("job %s: assembly given up: %s", job.id, exc)
         except Exception as exc:
             log.exception("job %s: assembly failed", job.id)
-            await asyncio.to_thread(self.store.fail, job.id, f"assembling the result failed: {exc}")
+            await self.store.fail(job.id, f"assembling the result failed: {exc}")
         finally:
             self._assemblies -= 1
             self._forget(job.id)
             self.wake()
-
-    def _read_pages(self, job_id: str) -> list[dict[str, Any]]:
-        """Every slice's page results, in document order."""
-        pages: list[dict[str, Any]] = []
-        for first in self.store.slice_firsts(job_id):
-            pages.extend(json.loads(self.store.pages_path(job_id, first).read_bytes()))
-        return pages
 
     @staticmethod
     def _jsonl(job: Job, pages: list[dict[str, Any]]) -> bytes:
@@ -443,12 +460,12 @@ class JobRunner:
         return ("\n".join(lines) + "\n").encode()
 
     async def _assemble_job(self, job: Job) -> None:
-        pages = await asyncio.to_thread(self._read_pages, job.id)
+        pages = await self.store.read_pages(job.id)
         restructure = job.options.get("restructure", {})
         if len(pages) > 1 and restructure.get("restructurePages", True):
             pages = await self._restructure(job, pages, restructure)
         result = await asyncio.to_thread(self._jsonl, job, pages)
-        if await asyncio.to_thread(self.store.finish_job, job.id, result, self.owner):
+        if await self.store.finish_job(job.id, result, self.owner):
             log.info("job %s done: %d pages", job.id, len(pages))
 
     async def _restructure(
@@ -482,7 +499,7 @@ class JobRunner:
 
     async def _callback(self, job: Job) -> None:
         """POST the job's status to its callback URL (SSRF-guarded), once, best effort."""
-        current = await asyncio.to_thread(self.store.get, job.id)
+        current = await self.store.get(job.id)
         if current is None or job.callback_url is None:
             return
         try:

@@ -35,12 +35,13 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gateway.jobs.fairness import SliceSize, cut_after, plan_claims
 from gateway.jobs.owners import OwnerRegistry
 
 _SCHEMA = """
@@ -74,10 +75,6 @@ _ALL_CUT = "(cut IS NULL OR cut >= npages)"
 # an active job with pages not yet in a slice: the jobs_uncut index's condition, word for word
 # (SQLite uses a partial index only for a query whose WHERE names its condition)
 _ACTIVE_UNCUT = f"state IN ('pending','running') AND {_UNCUT}"
-
-# the size of the next slice: (the job's pages, the job's pages not yet in a slice, the pages
-# waiting over every job (uncut, or in a slice not leased), slices leased so far in this claim)
-SliceSize = Callable[[int, int, int, int], int]
 
 
 @dataclass(frozen=True)
@@ -129,18 +126,6 @@ def _job(row: sqlite3.Row) -> Job:
         finished=row["finished"],
         extracted=row["extracted"],
     )
-
-
-def _unit_order(unit: dict[str, Any]) -> tuple[float, str, int]:
-    """The order slices are leased in within a tenant: the oldest job first, page order."""
-    return unit["created"], unit["job_id"], unit["first"]
-
-
-def _drop(queues: dict[str | None, list[dict[str, Any]]], tenant: str | None) -> None:
-    """Take a tenant's next unit off its queue, and the tenant off when it has no more."""
-    queues[tenant].pop()
-    if not queues[tenant]:
-        del queues[tenant]
 
 
 def write_temporary(path: Path, data: bytes) -> Path:
@@ -409,12 +394,6 @@ class JobStore:
                     f"SELECT COALESCE(SUM(npages - cut), 0) FROM jobs WHERE {_ACTIVE_UNCUT}"
                 ).fetchone()[0]
             )
-            # each tenant's units, oldest first
-            queues: dict[str | None, list[dict[str, Any]]] = {}
-            for unit in sorted(units, key=_unit_order):
-                queues.setdefault(unit["tenant"], []).append(unit)
-            for queue in queues.values():
-                queue.reverse()  # the oldest last: taken with pop()
             running: dict[str | None, int] = dict(
                 db.execute(
                     "SELECT j.tenant, COUNT(*) FROM slices s JOIN jobs j ON j.id = s.job_id"
@@ -422,57 +401,38 @@ class JobStore:
                     (now,),
                 ).fetchall()
             )
-            taken: list[tuple[str, int, int, int, list[str], bool]] = []
-            while queues and len(taken) < count:
-                # among the tenants with the fewest running, the one whose next unit is oldest
-                tenant = min(queues, key=lambda t: (running.get(t, 0), _unit_order(queues[t][-1])))
-                unit = queues[tenant][-1]
+            for unit in units:
                 if unit["cut"] is None:
-                    _drop(queues, tenant)
-                    first, pages = unit["first"], unit["count"]
-                    db.execute(
-                        "UPDATE slices SET state='running', owner=?, lease_until=? WHERE"
-                        " job_id=? AND first=?",
-                        (owner, now + lease_s, unit["job_id"], first),
-                    )
-                    taken.append(
-                        (
-                            unit["job_id"], first, pages, unit["attempts"],
-                            json.loads(unit["failed"]), False,
-                        )
-                    )  # fmt: skip
-                else:
-                    first, left = unit["cut"], unit["npages"] - unit["cut"]
-                    pages = (
-                        left
-                        if size is None
-                        else max(1, min(left, size(unit["npages"], left, waiting, len(taken))))
-                    )
+                    unit["failed"] = json.loads(unit["failed"])
+            taken = plan_claims(units, running, waiting, count, size)
+            for t in taken:
+                if t.fresh:
                     db.execute(
                         "INSERT INTO slices (job_id, first, count, state, owner, lease_until)"
                         " VALUES (?,?,?,'running',?,?)",
-                        (unit["job_id"], first, pages, owner, now + lease_s),
+                        (t.job_id, t.first, t.count, owner, now + lease_s),
                     )
-                    db.execute("UPDATE jobs SET cut=? WHERE id=?", (first + pages, unit["job_id"]))
-                    unit["cut"] = unit["first"] = first + pages
-                    if unit["cut"] >= unit["npages"]:
-                        _drop(queues, tenant)
-                    taken.append((unit["job_id"], first, pages, 0, [], True))
-                waiting -= pages
-                running[unit["tenant"]] = running.get(unit["tenant"], 0) + 1
-                db.execute(
-                    "UPDATE jobs SET state='running', started=COALESCE(started, ?) WHERE id=?",
-                    (now, unit["job_id"]),
-                )
-            ids = sorted({job_id for job_id, *_ in taken})
+                else:
+                    db.execute(
+                        "UPDATE slices SET state='running', owner=?, lease_until=? WHERE"
+                        " job_id=? AND first=?",
+                        (owner, now + lease_s, t.job_id, t.first),
+                    )
+            for job_id, cut in cut_after(taken).items():
+                db.execute("UPDATE jobs SET cut=? WHERE id=?", (cut, job_id))
+            ids = sorted({t.job_id for t in taken})
+            db.executemany(
+                "UPDATE jobs SET state='running', started=COALESCE(started, ?) WHERE id=?",
+                [(now, job_id) for job_id in ids],
+            )
             marks = ",".join("?" * len(ids))
             jobs = {
                 row["id"]: _job(row)
                 for row in db.execute(f"SELECT * FROM jobs WHERE id IN ({marks})", ids)
             }
         return [
-            SliceClaim(jobs[job_id], first, pages, attempts, failed, fresh)
-            for job_id, first, pages, attempts, failed, fresh in taken
+            SliceClaim(jobs[t.job_id], t.first, t.count, t.attempts, t.failed, t.fresh)
+            for t in taken
         ]
 
     def renew_owned(self, owner: str, lease_s: float) -> tuple[set[tuple[str, int]], set[str]]:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.jobs.backend import StoreUnavailable
+
 if TYPE_CHECKING:
     from gateway.runtime import Runtime
 
@@ -109,7 +111,8 @@ class StatusState:
         jobs = None
         if runtime.jobs is not None:
             store = runtime.jobs[0]
-            jobs = await asyncio.to_thread(store.stats)
+            with contextlib.suppress(StoreUnavailable):  # the page shows no job store
+                jobs = await store.stats()
         return {
             "time": time.time(),
             "mode": snapshot["mode"],

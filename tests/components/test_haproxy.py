@@ -146,12 +146,16 @@ def doubles() -> Iterator[list[GatewayDouble]]:
 
 
 def _spec(
-    *backends: haproxy.Backend, jobs: str | None = None, per_client: int | None = 100
+    *backends: haproxy.Backend,
+    jobs: str | None = None,
+    per_client: int | None = 100,
+    shared_jobs: bool = False,
 ) -> haproxy.HaproxySpec:
     return haproxy.HaproxySpec(
         port=free_port(),
         backends=backends,
         jobs_backend=jobs,
+        shared_jobs=shared_jobs,
         bind_address="127.0.0.1",
         check_interval_s=0.1,
         max_conn_per_client=per_client,
@@ -254,6 +258,23 @@ def test_the_job_api_goes_to_its_gateway_and_to_a_backup_only_while_it_is_down(
     assert {_post(balancer.url) for _ in range(10)} == {"npu-a", "npu-b"}
     b.ready = False
     assert wait_for(lambda: _only(balancer, "npu-a", "/api/v2/ocr/jobs/42"))
+
+
+def test_with_a_shared_job_store_the_job_api_goes_to_every_gateway(doubles, run_balancer):
+    a, b, _ = doubles
+    balancer = run_balancer(_spec(a.backend(), b.backend(), jobs="npu-b", shared_jobs=True))
+    answers = [
+        httpx.get(balancer.url + "/api/v2/ocr/jobs/42", timeout=10).json()["gateway"]
+        for _ in range(10)
+    ]
+    assert set(answers) == {"npu-a", "npu-b"}
+    hosts = [{"name": n, "endpoint": "unix:///var/run/docker.sock", "cards": 1} for n in "ab"]
+    url = {"jobsStoreUrl": "postgresql://fleet:pw-pw-pw@127.0.0.1:5432/jobs"}
+    for config, shared in (({}, False), (url, True)):
+        settings = load_settings(
+            {"hosts": json.dumps(hosts), "gatewayLayout": "per-host", **config}, set(config)
+        )
+        assert haproxy.haproxy_spec(settings, build_plan(settings)).shared_jobs is shared
 
 
 def test_a_reload_adds_a_gateway_and_finishes_the_requests_in_flight(doubles, run_balancer):

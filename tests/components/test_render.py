@@ -508,3 +508,25 @@ def test_a_handed_over_service_is_ready_only_once_its_own_process_serves(
     finally:
         server.close()
     assert waiting.returncode == 0 and "ready at" in out
+
+
+def test_jobs_store_url_is_a_secret_passed_to_every_gateway():
+    url = "postgresql://fleet:s3cret-pass@10.1.2.3:5432/jobs"
+    with pytest.raises(Exception, match="jobsStoreUrl': must be a secret"):
+        load_settings({"jobsStoreUrl": url})
+    with pytest.raises(Exception, match="jobsStoreUrl") as caught:
+        load_settings({"jobsStoreUrl": "mysql://fleet:s3cret-pass@h/jobs"}, {"jobsStoreUrl"})
+    assert "s3cret" not in str(caught.value)
+    settings = load_settings(
+        {"jobsStoreUrl": url, "gatewayLayout": "per-host"}, secret_keys={"jobsStoreUrl"}
+    )
+    assert "s3cret" not in repr(settings)
+    plan = build_plan(settings)
+    config = render.gateway_config(settings, [render.gateway_upstream(plan.paddlex[0])])
+    assert config["jobs"]["store_url"] == url
+    assert "store_url" not in render.gateway_config(*_no_store())["jobs"]
+
+
+def _no_store():
+    settings = load_settings({})
+    return settings, [render.gateway_upstream(build_plan(settings).paddlex[0])]

@@ -23,6 +23,9 @@ from tests.pulumi_harness import (
     record_stack,
 )
 
+SECRET_SIG = "4dabf18193072939515e22adb298388d"  # pulumi.runtime.rpc's _special_sig_key
+SECRET_VALUE_SIG = "1b47061264138c4ac30d75fd1eb44270"  # its _special_secret_sig
+
 
 @pytest.fixture(scope="module")
 def seed_stack() -> Recording:
@@ -596,3 +599,17 @@ def test_component_args_carry_what_each_needs_not_the_settings_or_a_provider():
             named = f"{args.__name__}.{field.name}: {field.type}"
             assert "FleetSettings" not in str(field.type), named  # annotations are strings
             assert "Provider" not in str(field.type) or args is monitoring.MonitoringArgs, named
+
+
+def test_jobs_store_url_reaches_the_gateway_config_as_a_secret():
+    url = "postgresql://fleet:s3cret-pass@127.0.0.1:5432/jobs"
+    recording = record_stack({"portFirstCard": "2"}, secrets={"jobsStoreUrl": url})
+    uploads = recording.named("local-gateway").inputs["uploads"]
+    # Pulumi's wire form of a secret: the value under its signature (encrypted in the state)
+    assert uploads[SECRET_SIG] == SECRET_VALUE_SIG
+    (upload,) = uploads["value"]
+    assert json.loads(upload["content"])["jobs"]["store_url"] == url
+    install = recording.named("local-gateway-config")
+    assert install.inputs["stdin"][SECRET_SIG] == SECRET_VALUE_SIG
+    with pytest.raises(ConfigError, match="jobsStoreUrl"):
+        load_settings({"jobsStoreUrl": url})  # not a secret: refused

@@ -16,6 +16,7 @@ from gateway.connections import uvicorn_options
 from gateway.settings import parse_settings
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
+from tests.postgres_server import PostgresServer
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -89,3 +90,26 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., RunningGateway]]:
     yield start
     for gw in running:
         gw.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL for the session (a database per test: ``new_database``)."""
+    server = PostgresServer.create()
+    if server is None:
+        pytest.skip(
+            "PostgreSQL's server binaries are absent (/usr/lib/postgresql/*/bin; Debian package"
+            " postgresql, which scripts/test.sh installs)"
+        )
+    yield server
+    server.destroy()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def job_store(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    """The ``jobs`` settings of a job store: SQLite in ``tmp_path/jobs``, or a new database
+    on the session's PostgreSQL (``jobs.store_url``)."""
+    if request.param == "sqlite":
+        return {"dir": str(tmp_path / "jobs")}
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return {"dir": None, "store_url": server.new_database(), "store_timeout_s": 2}

@@ -22,8 +22,11 @@ def sha(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def jobs_config(upstreams: list[str], jobs_dir: Path, **sections: Any) -> dict[str, Any]:
-    """A queue-mode gateway config with tokens and a job store in ``jobs_dir``."""
+def jobs_config(
+    upstreams: list[str], jobs_dir: Path, store: dict[str, Any] | None = None, **sections: Any
+) -> dict[str, Any]:
+    """A queue-mode gateway config with tokens and a job store in ``jobs_dir``, or the one
+    ``store`` (``jobs`` settings, the ``job_store`` fixture) names."""
     base: dict[str, Any] = {
         "load_balance": {"mode": "queue"},
         "auth": {
@@ -37,11 +40,23 @@ def jobs_config(upstreams: list[str], jobs_dir: Path, **sections: Any) -> dict[s
             "dir": str(jobs_dir),
             "lease_s": 2,
             "poll_interval_s": 0.1,
+            **(store or {}),
         },
     }
     for key, value in sections.items():
         base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
     return gateway_config(upstreams, **base)
+
+
+def stored_inputs(jobs: Any) -> int:
+    """How many job inputs the store of ``jobs`` (a gateway's jobs settings) holds."""
+    if jobs.store_url is not None:
+        import psycopg
+
+        with psycopg.connect(jobs.store_url) as conn:
+            row = conn.execute("SELECT COUNT(*) FROM inputs").fetchone()
+        return int(row[0]) if row else 0
+    return len(list((Path(jobs.dir) / "inputs").iterdir()))
 
 
 def numbered_pdf(pages: int) -> bytes:

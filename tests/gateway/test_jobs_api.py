@@ -31,6 +31,7 @@ from tests.gateway.jobs_helpers import (
     read_jsonl,
     result_pages,
     source_page,
+    stored_inputs,
     wait_job,
 )
 from tests.gateway.samples import png_bytes
@@ -70,10 +71,12 @@ def files() -> Iterator[tuple[str, dict[str, bytes], list[Any]]]:
 
 @pytest.fixture
 def jobs_gateway(
-    tmp_path: Path, start_gateway: Callable[..., RunningGateway]
+    tmp_path: Path, start_gateway: Callable[..., RunningGateway], job_store: dict[str, Any]
 ) -> Iterator[tuple[RunningGateway, DoubleFleet]]:
     with DoubleFleet(3, per_page_s=0.01) as fleet:
-        config = jobs_config(fleet.urls, tmp_path / "jobs", input={"url_allow": ["127.0.0.1"]})
+        config = jobs_config(
+            fleet.urls, tmp_path / "jobs", job_store, input={"url_allow": ["127.0.0.1"]}
+        )
         yield start_gateway(config), fleet
 
 
@@ -175,7 +178,7 @@ def test_errors_in_the_official_envelope(jobs_gateway: tuple[RunningGateway, Dou
         assert answer.status_code == status, answer.text
         body = answer.json()
         assert body["code"] == status and body["data"] is None and word in body["msg"], body
-    assert not list((Path(gw.runtime.settings.jobs.dir) / "inputs").iterdir()), "nothing stored"
+    assert stored_inputs(gw.runtime.settings.jobs) == 0, "nothing stored"
     with _official(gw, token="wrong") as client, pytest.raises(AuthError):
         client.get_status("job-x")
     with _official(gw) as client, pytest.raises(InvalidRequestError, match="offered"):
@@ -183,13 +186,17 @@ def test_errors_in_the_official_envelope(jobs_gateway: tuple[RunningGateway, Dou
 
 
 def test_too_large_and_full_store(
-    tmp_path: Path, start_gateway: Callable[..., RunningGateway], fleet: DoubleFleet
+    tmp_path: Path,
+    start_gateway: Callable[..., RunningGateway],
+    fleet: DoubleFleet,
+    job_store: dict[str, Any],
 ) -> None:
     config = jobs_config(
         fleet.urls,
         tmp_path / "jobs",
+        job_store,
         input={"max_request_bytes": 4000},
-        jobs={"max_disk_bytes": len(numbered_pdf(8)) * 3 // 2, "dir": str(tmp_path / "jobs")},
+        jobs={"max_disk_bytes": len(numbered_pdf(8)) * 3 // 2},
     )
     gw = start_gateway(config)
     big = gw.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(40))})
@@ -222,10 +229,13 @@ def test_cancel_and_callback(
     tmp_path: Path,
     start_gateway: Callable[..., RunningGateway],
     files: tuple[str, dict[str, bytes], list[Any]],
+    job_store: dict[str, Any],
 ) -> None:
     base, _, callbacks = files
     with DoubleFleet(2, per_page_s=0.05) as fleet:
-        config = jobs_config(fleet.urls, tmp_path / "jobs", input={"url_allow": ["127.0.0.1"]})
+        config = jobs_config(
+            fleet.urls, tmp_path / "jobs", job_store, input={"url_allow": ["127.0.0.1"]}
+        )
         gw = start_gateway(config)
         slow = gw.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(40))})
         slow_id = slow.json()["data"]["jobId"]
@@ -250,10 +260,11 @@ def test_cancel_and_callback(
 
 
 def test_a_page_failing_everywhere_fails_the_job_naming_it(
-    tmp_path: Path, start_gateway: Callable[..., RunningGateway]
+    tmp_path: Path, start_gateway: Callable[..., RunningGateway], job_store: dict[str, Any]
 ) -> None:
     with DoubleFleet(2) as fleet:
-        gw = start_gateway(jobs_config(fleet.urls, tmp_path / "jobs", jobs={"slice_attempts": 1}))
+        config = jobs_config(fleet.urls, tmp_path / "jobs", job_store, jobs={"slice_attempts": 1})
+        gw = start_gateway(config)
         for double in fleet:
             double.knobs.always_500 = True
         answer = gw.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(2))})
