@@ -128,6 +128,22 @@ def container_name(settings: FleetSettings, host: HostPlan) -> str:
 
 ARGV = ["python", "-m", "gateway.recycler", "--config", CONFIG_PATH]
 
+NO_HEALTHCHECK = docker.ContainerHealthcheckArgs(
+    tests=["NONE"], interval="30s", timeout="30s", start_period="30s", retries=1
+)
+"""The image's healthcheck probes an HTTP port, and the recycler listens on none: off.
+
+Its timings do nothing then, but are given: Docker fills each zero one (the provider's
+default "0s", 0) from the image's HEALTHCHECK, and the provider reads the container's back on
+every refresh (tf `resourceDockerContainerRead`), so the defaults came back as the gateway
+image's 10s/3s/5s/3 and every preview planned an in-place update. Non-zero and written as Go
+formats a duration, they read back as written. `start_interval` stays "0s": the image sets
+none, and an engine older than API 1.44 drops it (it would read back "0s" anyway).
+
+A changed healthcheck replaces the container (`replace_on_changes`): the provider's in-place
+update writes it to the state only (tf `resourceDockerContainerUpdate`), so a recycler made
+with the old zero timings would differ from the state on every refresh after."""
+
 
 @dataclass
 class RecyclerArgs:
@@ -171,8 +187,7 @@ class Recycler(pulumi.ComponentResource):
             entrypoints=ARGV[:1],
             command=ARGV[1:],
             uploads=uploads,
-            # the image's healthcheck probes an HTTP port, and the recycler listens on none
-            healthcheck=docker.ContainerHealthcheckArgs(tests=["NONE"]),
+            healthcheck=NO_HEALTHCHECK,
             volumes=[
                 docker.ContainerVolumeArgs(
                     host_path=docker_socket(host), container_path=DOCKER_SOCKET
@@ -184,6 +199,6 @@ class Recycler(pulumi.ComponentResource):
                 if label.label != containers.PORT_LABEL  # it listens on no port
             ],
             destroy_grace_seconds=containers.STOP_GRACE_S,
-            opts=containers.child_opts(self, depends_on=waits),
+            opts=containers.child_opts(self, depends_on=waits, replace_on_changes=["healthcheck"]),
         )
         self.register_outputs({"container": self.container.name})

@@ -50,6 +50,7 @@ class Registration:
     custom: bool
     delete_before_replace: bool
     ignore_changes: list[str]
+    replace_on_changes: list[str]
     aliases: list[str] = field(default_factory=list)
     """The names of the aliases given (by spec, as the engine receives them)."""
     root_aliases: list[str] = field(default_factory=list)
@@ -133,6 +134,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                     custom=request.custom,
                     delete_before_replace=request.deleteBeforeReplace,
                     ignore_changes=list(request.ignoreChanges),
+                    replace_on_changes=list(request.replaceOnChanges),
                     aliases=[a.spec.name for a in request.aliases if a.spec.name],
                     root_aliases=[a.spec.name for a in request.aliases if a.spec.noParent],
                 )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,10 @@ from components import recycler
 from components.plan import build_plan
 from components.settings import ConfigError, load_settings
 from gateway.recycler.config import RecyclerConfig
+from pulumi_plugins.docker import godur
+from tests.pulumi_harness import record_stack
+
+REPO = Path(__file__).resolve().parents[2]
 
 TOKENS = {"tokens": json.dumps({"team-a": "0123456789abcdef0123"})}
 
@@ -62,3 +68,35 @@ def test_rendered_config_lists_the_hosts_instances_and_is_what_the_recycler_read
         {"cards": "1", "allowOpenAccess": "true", "recycle": '{"maxDocuments": 5}'}
     )
     assert not recycler.needs_token(open_stack)
+
+
+def image_healthcheck(dockerfile: Path) -> dict[str, str]:
+    """The `--flag=value` options of a Dockerfile's HEALTHCHECK, by the state's field name."""
+    (line,) = [x for x in dockerfile.read_text().splitlines() if x.startswith("HEALTHCHECK ")]
+    options = dict(re.findall(r"--([a-z-]+)=(\S+)", line.split(" CMD ", 1)[0]))
+    return {re.sub(r"-(\w)", lambda m: m[1].upper(), k): v for k, v in options.items()}
+
+
+def test_the_disabled_healthcheck_reads_back_as_given_on_the_gateways_image() -> None:
+    """Docker fills each zero timing of a container's healthcheck from its image's, and the
+    provider reads the container's back on refresh (Pulumi.yaml `refresh: always`): a timing
+    left at its default ("0s", 0) came back as the image's, an update on every preview (on the
+    engine: tests/e2e/test_recycling.py, tests/e2e/test_component_aliases.py)."""
+    recording = record_stack(
+        {"recycle": json.dumps({"maxDocuments": 100})}, secrets={"tokens": TOKENS["tokens"]}
+    )
+    container = recording.named("local-recycler")
+    given = container.inputs["healthcheck"]
+    assert given["tests"] == ["NONE"]
+    image = image_healthcheck(REPO / "gateway" / "Dockerfile")
+    assert image, "the gateway image's HEALTHCHECK sets no timing: check this test's parser"
+    defaults = {"interval": "0s", "timeout": "0s", "startPeriod": "0s", "startInterval": "0s"}
+    for key, default in defaults.items():
+        sent = godur.parse(given.get(key, default))
+        on_engine = sent or godur.parse(image.get(key, "0s"))  # the daemon's merge
+        assert godur.format(on_engine) == given.get(key, default), key
+    on_engine_retries = given.get("retries", 0) or int(image.get("retries", "0"))
+    assert on_engine_retries == given.get("retries", 0)
+    # the provider's update would write a new healthcheck to the state only: a recycler made
+    # with the zero timings (or any other) is replaced to hold the one given
+    assert container.replace_on_changes == ["healthcheck"]

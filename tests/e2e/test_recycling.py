@@ -25,6 +25,7 @@ TOKEN, ADMIN_TOKEN = ("recycling-" + os.urandom(12).hex() for _ in range(2))
 USER = {"Authorization": f"Bearer {TOKEN}"}
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 RECYCLER = "paddleocr-fleet-gateway-recycling-recycler-local"
+CONTAINER = "docker:index/container:Container"
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +95,13 @@ def test_the_gateway_knows_the_recycler_by_its_own_token_name(fleet):
     state = json.dumps(fleet.stack.state())
     token = docker("exec", RECYCLER, "cat", "/etc/paddleocr-fleet/recycler.token").stdout.strip()
     assert len(token) == 64 and token not in state
+
+
+def test_a_preview_after_the_update_leaves_the_recycler_alone(fleet):
+    """Its healthcheck is off, and Docker fills the timings left at zero from the image's: read
+    back on the preview's refresh, they were an update of the container every time
+    (components/recycler.py `NO_HEALTHCHECK`)."""
+    steps = fleet.stack.preview()
+    recycler = [s for s in steps if s.type == CONTAINER and s.name == "local-recycler"]
+    assert recycler, "the preview shows no recycler container"
+    assert {s.op for s in recycler} <= {"same", "refresh", "read"}, recycler
