@@ -9,7 +9,11 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components.plan import HostPlan
-from components.render.common import MODEL_DIR_IN_CONTAINER, container_started_command
+from components.render.common import (
+    MODEL_DIR_IN_CONTAINER,
+    container_started_command,
+    generation_name,
+)
 
 ROLE_LABEL = "paddleocr-fleet.role"
 STOP_GRACE_S = 30
@@ -107,3 +111,28 @@ def last_started(container: docker.Container, name: str, host: HostPlan) -> pulu
         environment=host.docker_env,
         logging=command.local.Logging.NONE,
     ).stdout
+
+
+def generation_named(
+    base: str,
+    image: pulumi.Input[str],
+    argv: list[str],
+    envs: list[str],
+    labels: list[docker.ContainerLabelArgs],
+    **mounts: str,
+) -> pulumi.Output[str]:
+    """The name of a container handed over rather than replaced in place (the gateway, its
+    keeper): `base` and a hash of what forces its replacement (`render.generation_name`):
+    its image, command, environment, labels and host folders (`mounts`)."""
+    return pulumi.Output.from_input(image).apply(
+        lambda image_id: generation_name(
+            base,
+            {
+                "image": image_id,
+                "argv": argv,
+                "envs": envs,
+                **mounts,
+                "labels": {label.label: label.value for label in labels},
+            },
+        )
+    )

@@ -4,7 +4,7 @@ image, its slice keeper (`components.keeper`) unless the config key `keeper` is 
 
 A gateway that must be replaced (a new image, new arguments) is replaced without a gap: the new
 container is created first, beside the old one (its name carries a hash of what forced the
-replacement: `render.gateway_container_name`), takes over the old one's listening sockets
+replacement: `containers.generation_named`), takes over the old one's listening sockets
 through the handover path (gateway/listeners.py), gets its config, and serves (its serving file:
 `render.gateway_ready_command`); only then does Pulumi delete the old one (`docker stop` with
 `STOP_GRACE_S`: it finishes what it holds). The keeper is handed over the same way
@@ -81,21 +81,12 @@ class Gateway(pulumi.ComponentResource):
         argv = render.gateway_argv(gateway)
         envs = [f"GATEWAY_PORT={gateway.port}"]  # the image's healthcheck probes it
         labels = containers.labels("gateway", gateway.host, None, gateway.port)
-        generation = pulumi.Output.from_input(image).apply(
-            lambda image_id: {
-                "image": image_id,
-                "argv": argv,
-                "envs": envs,
-                "jobs_dir": jobs_dir,
-                "labels": {label.label: label.value for label in labels},
-            }
-        )
         service = configured_container(
             self,
             name,
             ConfiguredSpec(
-                container_name=generation.apply(
-                    lambda g: render.gateway_container_name(gateway, g)
+                container_name=containers.generation_named(
+                    gateway.container_name, image, argv, envs, labels, jobs_dir=jobs_dir
                 ),
                 image=image,
                 argv=argv,

@@ -28,7 +28,7 @@ from components import containers
 from components.configured import ConfiguredSpec, configured_container
 from components.plan import KeeperPlan
 from components.render import keeper as render
-from components.render.common import config_install_command, generation_name
+from components.render.common import config_install_command
 
 
 @dataclass
@@ -53,21 +53,12 @@ class SliceKeeper(pulumi.ComponentResource):
         envs = [f"GATEWAY_PORT={keeper.port}"]  # the image's healthcheck probes its /health
         handover_dir = render.keeper_handover_dir(keeper, pulumi.get_stack())
         labels = containers.labels("keeper", keeper.host, None, keeper.port)
-        generation = pulumi.Output.from_input(args.image).apply(
-            lambda image_id: {
-                "image": image_id,
-                "argv": argv,
-                "envs": envs,
-                "handover": handover_dir,
-                "labels": {label.label: label.value for label in labels},
-            }
-        )
         service = configured_container(
             self,
             name,
             ConfiguredSpec(
-                container_name=generation.apply(
-                    lambda g: generation_name(keeper.container_name, g)
+                container_name=containers.generation_named(
+                    keeper.container_name, args.image, argv, envs, labels, handover=handover_dir
                 ),
                 image=args.image,
                 argv=argv,

@@ -134,7 +134,7 @@ def service_ready_command(
 ) -> str:
     """Ready once `path` of a service the stack runs from its own image answers (within
     2 minutes; its log: `docker logs`). `container`: its name when it is not the plan's (a
-    gateway's carries its generation: `gateway_container_name`)."""
+    gateway's carries its generation: `containers.generation_named`)."""
     name = container or service.container_name
     return wait_for_http(
         url=f"{service.local_url}{path}",

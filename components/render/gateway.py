@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
 from typing import Any
 
 from components.access import gateway_auth
@@ -19,7 +18,6 @@ from components.render.common import (
     CONFIG_TEMPLATES,
     SERVING_FILE,
     config_install_command,
-    generation_name,
     service_ready_command,
     serving_probe,
 )
@@ -45,11 +43,6 @@ def gateway_ready_command(gateway: GatewayPlan, container: str) -> str:
     return service_ready_command(
         gateway, "the gateway", "/ready", serving_probe(SERVING_FILE), container
     )
-
-
-def gateway_container_name(gateway: GatewayPlan, generation: Mapping[str, Any]) -> str:
-    """`<gatewayContainerName>-<hash>` (`generation_name`)."""
-    return generation_name(gateway.container_name, generation)
 
 
 def gateway_upstream(paddlex: PaddlexInstance) -> dict[str, Any]:
