@@ -36,8 +36,8 @@ from components.plan import (
     VllmInstance,
 )
 from components.settings import FleetSettings
-from gateway.settings import Settings as GatewaySettings
-from gateway.settings import parse_settings
+from gateway.config.settings import Settings as GatewaySettings
+from gateway.config.settings import parse_settings
 
 CONFIG_TEMPLATES = Path(__file__).resolve().parent.parent / "config"
 PIPELINE_TEMPLATE = CONFIG_TEMPLATES / "pipeline_config_vllm.yaml"

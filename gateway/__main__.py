@@ -21,15 +21,15 @@ import sys
 
 import uvicorn
 
-from gateway.app import create_app
-from gateway.connections import uvicorn_options
-from gateway.hot_path import GatewayApp
-from gateway.listeners import Offer, obtain, start_offer
-from gateway.logs import configure_logging
-from gateway.memory import keep_large_buffers
-from gateway.serving import GatewayServer
-from gateway.settings import ConfigError, load_settings
-from gateway.supervisor import Supervisor, SupervisorOptions
+from gateway.config.settings import ConfigError, load_settings
+from gateway.observability.logs import configure_logging
+from gateway.server.app import create_app
+from gateway.server.connections import uvicorn_options
+from gateway.server.hot_path import GatewayApp
+from gateway.server.listeners import Offer, obtain, start_offer
+from gateway.server.memory import keep_large_buffers
+from gateway.server.serving import GatewayServer
+from gateway.server.supervisor import Supervisor, SupervisorOptions
 
 MAX_WORKERS = 256
 

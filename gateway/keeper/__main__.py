@@ -17,9 +17,9 @@ from pathlib import Path
 import uvicorn
 from pydantic import ValidationError
 
+from gateway.config.settings import UpstreamSpec
 from gateway.keeper.server import KeeperApp, KeeperConfig, Upstreams
-from gateway.logs import configure_logging
-from gateway.settings import UpstreamSpec
+from gateway.observability.logs import configure_logging
 
 DEFAULT_PORT = 9102
 

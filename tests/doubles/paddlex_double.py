@@ -157,7 +157,7 @@ def pdf_page_sizes(data: bytes) -> list[tuple[int, int]]:
     where PaddleX's ``read_pdf`` does (a file PDFium cannot open, a page it cannot load)."""
     import pypdfium2 as pdfium
 
-    from gateway.pdf import PDFIUM_LOCK  # one PDFium call at a time in this test process
+    from gateway.inputs.pdf import PDFIUM_LOCK  # one PDFium call at a time in this test process
 
     with PDFIUM_LOCK:
         doc = pdfium.PdfDocument(data)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.inputs import InputError, make_document
-from gateway.pdf import cut_slices
+from gateway.inputs.document import InputError, make_document
+from gateway.inputs.pdf import cut_slices
 from tests.doubles.paddlex_double import DoubleFleet, pdf_page_sizes
 from tests.gateway.conftest import RunningGateway
 from tests.gateway.damaged import (

@@ -10,8 +10,8 @@ import time
 import httpx
 import pytest
 
-from gateway.fanout import plan_slices
-from gateway.pdf import cut_slices
+from gateway.inputs.pdf import cut_slices
+from gateway.upstream.fanout import plan_slices
 from tests.doubles.paddlex_double import DoubleFleet, pdf_page_sizes
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, pdf_bytes
