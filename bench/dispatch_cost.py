@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from bench.procs import gateway_config
-from gateway.occupancy import Board
-from gateway.pool import UpstreamPool
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
+from gateway.dispatch.pool import UpstreamPool
+from gateway.shared.occupancy import Board
 
 
 async def cost_us(upstreams: int, busy: float, rounds: int, workers: int = 1) -> float:

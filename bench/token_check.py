@@ -16,8 +16,8 @@ import contextlib
 import hashlib
 import time
 
-from gateway.access import Access, AccessError
-from gateway.settings import AuthSettings
+from gateway.access.control import Access, AccessError
+from gateway.config.settings import AuthSettings
 
 
 def measure(tokens: int, rounds: int) -> dict[str, float]:

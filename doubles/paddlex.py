@@ -20,7 +20,7 @@ from typing import Any
 
 # PDFium is not thread-safe: one call at a time in a process, the gateway's lock (a test
 # process runs the gateway and the doubles side by side)
-from gateway.pdf import PDFIUM_LOCK
+from gateway.inputs.pdf import PDFIUM_LOCK
 
 Page = tuple[int, int]  # rendered (width, height)
 VISUAL = "aGVsbG8="  # what the doubles send for a visualisation image (base64 of "hello")

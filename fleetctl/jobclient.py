@@ -33,8 +33,8 @@ import httpx
 import pikepdf
 
 from fleetctl.client import AsyncClient, AuthError, OcrError, RetryPolicy, sniff, upload_part
-from gateway.postprocess import postprocess
-from gateway.settings import PostprocessSettings
+from gateway.api.postprocess import postprocess
+from gateway.config.settings import PostprocessSettings
 
 JOBS_PATH = "/api/v2/ocr/jobs"
 STATES = frozenset({"pending", "running", "done", "failed"})

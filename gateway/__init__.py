@@ -8,7 +8,7 @@ Usage::
     app = create_app(load_settings("config.json"))
 
 The names below are imported on first use, so that a PDF worker process
-(``python -m gateway.workers``) does not import the web application.
+(``python -m gateway.inputs.workers``) does not import the web application.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "create_app": "gateway.app",
-    "POLICY_NAMES": "gateway.settings",
-    "ConfigError": "gateway.settings",
-    "Settings": "gateway.settings",
-    "load_settings": "gateway.settings",
-    "parse_settings": "gateway.settings",
+    "create_app": "gateway.server.app",
+    "POLICY_NAMES": "gateway.config.settings",
+    "ConfigError": "gateway.config.settings",
+    "Settings": "gateway.config.settings",
+    "load_settings": "gateway.config.settings",
+    "parse_settings": "gateway.config.settings",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -8,8 +8,8 @@ may run on; with one, the gateway is a single uvicorn process, with more a super
 them and they share the per-upstream occupancy (:mod:`gateway.supervisor`). ``--handover``
 (or ``GATEWAY_HANDOVER``) is a unix socket path where a gateway replacing this one on the same
 port takes over its listening sockets, so the port never refuses a connection
-(:mod:`gateway.listeners`); ``--serving-file`` (or ``GATEWAY_SERVING_FILE``) is written once this
-process serves, for the deployment's readiness check.
+(:mod:`gateway.server.listeners`); ``--serving-file`` (or ``GATEWAY_SERVING_FILE``) is written
+once this process serves, for the deployment's readiness check.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import argparse
 import os
 import sys
 
-from gateway.app import create_app
-from gateway.connections import uvicorn_options
-from gateway.hot_path import GatewayApp
-from gateway.logs import configure_logging
-from gateway.memory import keep_large_buffers
-from gateway.serving import Handover, serve_on_port
-from gateway.settings import ConfigError, load_settings
-from gateway.supervisor import Supervisor, SupervisorOptions
+from gateway.config.settings import ConfigError, load_settings
+from gateway.observability.logs import configure_logging
+from gateway.server.app import create_app
+from gateway.server.connections import uvicorn_options
+from gateway.server.hot_path import GatewayApp
+from gateway.server.memory import keep_large_buffers
+from gateway.server.serving import Handover, serve_on_port
+from gateway.server.supervisor import Supervisor, SupervisorOptions
 
 MAX_WORKERS = 256
 

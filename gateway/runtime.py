@@ -33,20 +33,20 @@ from pathlib import Path
 
 import httpx
 
-from gateway.access import Access
-from gateway.health import HealthChecker
-from gateway.inputs import DocumentInspector
+from gateway.access.control import Access
+from gateway.config.reload import ConfigWatcher
+from gateway.config.settings import Settings
+from gateway.dispatch.health import HealthChecker
+from gateway.dispatch.pool import UpstreamPool
+from gateway.inputs.document import DocumentInspector
 from gateway.jobs.backend import JobBackend, open_backend
 from gateway.jobs.runner import JobRunner
-from gateway.metrics import GatewayMetrics
-from gateway.occupancy import Seat
-from gateway.pool import UpstreamPool
-from gateway.proxy import Proxy
-from gateway.reload import ConfigWatcher
-from gateway.settings import Settings
-from gateway.upstream_http import UpstreamClient
-from gateway.urlguard import Resolver, UrlGuard, guarded_client
-from gateway.worker_metrics import WorkerMetrics
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.worker_metrics import WorkerMetrics
+from gateway.shared.occupancy import Seat
+from gateway.upstream.proxy import Proxy
+from gateway.wire.upstream_http import UpstreamClient
+from gateway.wire.urlguard import Resolver, UrlGuard, guarded_client
 
 log = logging.getLogger("gateway.runtime")
 

@@ -23,8 +23,8 @@ from components.render.common import (
 )
 from components.render.vllm import official_model_name
 from components.settings import FleetSettings
-from gateway.settings import Settings as GatewaySettings
-from gateway.settings import parse_settings
+from gateway.config.settings import Settings as GatewaySettings
+from gateway.config.settings import parse_settings
 
 GATEWAY_DEFAULTS = CONFIG_TEMPLATES / "gateway_defaults.json"
 

@@ -26,7 +26,7 @@ from gateway.jobs.fairness import SliceSize
 from gateway.jobs.store import Job, SliceClaim
 
 if TYPE_CHECKING:
-    from gateway.settings import JobsSettings
+    from gateway.config.settings import JobsSettings
 
 RETRY_AFTER_S = 5  # what a 503 of an unreachable store tells the client to wait
 

@@ -46,8 +46,14 @@ from typing import TYPE_CHECKING, Any
 
 import pybase64
 
-from gateway.attempts import GatewayError, UpstreamClientError, UpstreamFailure
-from gateway.fanout import (
+from gateway.dispatch.upstreams import Upstream
+from gateway.jobs.backend import JobBackend, StoreUnavailable
+from gateway.jobs.fairness import SliceSize
+from gateway.jobs.protocol import job_data
+from gateway.jobs.store import Job, SliceClaim
+from gateway.keeper.client import find_slice, slice_key
+from gateway.upstream.attempts import GatewayError, UpstreamClientError, UpstreamFailure
+from gateway.upstream.fanout import (
     Work,
     free_capacity,
     pages_label,
@@ -55,14 +61,8 @@ from gateway.fanout import (
     slice_work,
     spread_size,
 )
-from gateway.jobs.backend import JobBackend, StoreUnavailable
-from gateway.jobs.fairness import SliceSize
-from gateway.jobs.protocol import job_data
-from gateway.jobs.store import Job, SliceClaim
-from gateway.keeper.client import find_slice, slice_key
-from gateway.paddlex_api import layout_body, restructure_body, restructured
-from gateway.upstream import Upstream
-from gateway.upstream_http import UpstreamClient
+from gateway.upstream.paddlex_api import layout_body, restructure_body, restructured
+from gateway.wire.upstream_http import UpstreamClient
 
 if TYPE_CHECKING:
     from gateway.runtime import Runtime

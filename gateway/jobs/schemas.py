@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.schemas import request_body
+from gateway.api.schemas import request_body
 
 
 class ExtractProgress(BaseModel):

@@ -7,9 +7,9 @@ in the gateway config's format, read again when it changes: the Pulumi program i
 or ``--upstreams`` (or ``KEEPER_UPSTREAMS``), comma-separated; it forwards to no other address.
 A bad argument or file is a usage error (exit 2) that names it.
 
-``--handover`` and ``--serving-file`` work as the gateway's (:mod:`gateway.serving`): a keeper
-replacing another on the same port takes over its listening socket, so the gateway's slice
-calls never meet a closed port, and the old keeper finishes the calls it holds.
+``--handover`` and ``--serving-file`` work as the gateway's (:mod:`gateway.server.serving`): a
+keeper replacing another on the same port takes over its listening socket, so the gateway's
+slice calls never meet a closed port, and the old keeper finishes the calls it holds.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from gateway.config.settings import UpstreamSpec
 from gateway.keeper.server import KeeperApp, KeeperConfig, Upstreams
-from gateway.logs import configure_logging
-from gateway.serving import Handover, serve_on_port
-from gateway.settings import UpstreamSpec
+from gateway.observability.logs import configure_logging
+from gateway.server.serving import Handover, serve_on_port
 
 DEFAULT_PORT = 9102
 

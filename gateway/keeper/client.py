@@ -22,9 +22,9 @@ from urllib.parse import quote
 
 import httpx
 
+from gateway.dispatch.upstreams import Upstream
 from gateway.keeper.server import KEY_HEADER, MISDIRECTED, UPSTREAM_HEADER
-from gateway.upstream import Upstream
-from gateway.upstream_http import Reply, UpstreamClient
+from gateway.wire.upstream_http import Reply, UpstreamClient
 
 log = logging.getLogger("gateway.keeper")
 

@@ -45,9 +45,9 @@ from prometheus_client import (
     generate_latest,
 )
 
+from gateway.config.settings import ConfigError, parse_settings
 from gateway.keeper.store import Answer, KeeperStore
-from gateway.settings import ConfigError, parse_settings
-from gateway.upstream_http import UpstreamClient
+from gateway.wire.upstream_http import UpstreamClient
 
 KEY_HEADER = "idempotency-key"
 UPSTREAM_HEADER = "x-keeper-upstream"

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from starlette.requests import Request
 
-from gateway.local_token import local_token_digest
-from gateway.settings import AuthSettings
+from gateway.access.local_token import local_token_digest
+from gateway.config.settings import AuthSettings
 
 COOKIE = "fleet_status"
 LIFETIME_S = 8 * 3600

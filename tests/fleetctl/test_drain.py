@@ -25,8 +25,8 @@ import pytest
 from fleetctl import drain as draining
 from fleetctl.cli import main
 from fleetctl.topology import Instance, load_fleet
-from gateway.app import create_app
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
+from gateway.server.app import create_app
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 from tests.fleetctl.conftest import FakeDocker

@@ -34,8 +34,8 @@ from fleetctl.jobclient import (
     join_pages,
     ocr_job,
 )
-from gateway.app import create_app
-from gateway.settings import PostprocessSettings, parse_settings
+from gateway.config.settings import PostprocessSettings, parse_settings
+from gateway.server.app import create_app
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 from tests.gateway.conftest import RunningGateway, gateway_config

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from fleetctl.cli import main
-from gateway.app import create_app
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
+from gateway.server.app import create_app
 from tests.gateway.conftest import RunningGateway, gateway_config
 from tests.sim.helpers import (
     Processes,

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from fleetctl.cli import main
-from gateway.app import create_app
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
+from gateway.server.app import create_app
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 from tests.fleetctl.conftest import one_card_topology

@@ -14,8 +14,8 @@ import pytest
 from fleetctl import batch
 from fleetctl.cli import main
 from fleetctl.client import AsyncClient, AuthError, Client, OcrError, RetryPolicy
-from gateway.app import create_app
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
+from gateway.server.app import create_app
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 from tests.fleetctl.conftest import FakeDocker, one_card_topology

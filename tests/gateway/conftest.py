@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.app import create_app
-from gateway.connections import uvicorn_options
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
+from gateway.server.app import create_app
+from gateway.server.connections import uvicorn_options
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 from tests.postgres_server import PostgresServer

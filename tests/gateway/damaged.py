@@ -20,7 +20,7 @@ import pikepdf
 import pypdfium2 as pdfium
 from PIL import Image, ImageDraw
 
-from gateway.pdf import PDFIUM_LOCK
+from gateway.inputs.pdf import PDFIUM_LOCK
 
 PAGES = 5
 WIDTHS = [100 + i for i in range(PAGES)]  # page i is 100 + i points wide: its order is visible

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.access import Access, AccessError
-from gateway.settings import AuthSettings, ConfigError, parse_settings
+from gateway.access.control import Access, AccessError
+from gateway.config.settings import AuthSettings, ConfigError, parse_settings
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway, gateway_config
 from tests.gateway.samples import b64, png_bytes

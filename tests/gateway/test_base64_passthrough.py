@@ -11,10 +11,10 @@ import zlib
 import pytest
 from PIL import Image
 
-from gateway.documents import resolve_input
-from gateway.inputs import InputError, plain_base64_image
-from gateway.jsonfast import RawString
-from gateway.settings import InputSettings
+from gateway.config.settings import InputSettings
+from gateway.inputs.document import InputError, plain_base64_image
+from gateway.inputs.sources import resolve_input
+from gateway.wire.jsonfast import RawString
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, image_bytes, pdf_bytes, png_bytes
 

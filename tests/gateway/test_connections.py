@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from gateway.connections import BODY_HANDOFF_BYTES, protocol_class
-from gateway.settings import ServerSettings
+from gateway.config.settings import ServerSettings
+from gateway.server.connections import BODY_HANDOFF_BYTES, protocol_class
 from tests.doubles.servers import ServerThread
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, png_bytes

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from doubles.paddlex import pdf_page_sizes
-from gateway.inputs import InputError, make_document
-from gateway.pdf import cut_slices
+from gateway.inputs.document import InputError, make_document
+from gateway.inputs.pdf import cut_slices
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway
 from tests.gateway.damaged import (

@@ -9,7 +9,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import Response
 
-from gateway.documents import (
+from gateway.config.settings import InputSettings
+from gateway.inputs.sources import (
     InputError,
     decode_base64,
     decode_data_url,
@@ -18,8 +19,7 @@ from gateway.documents import (
     resolve_local_path,
     sniff_type,
 )
-from gateway.settings import InputSettings
-from gateway.urlguard import UrlGuard, guarded_client
+from gateway.wire.urlguard import UrlGuard, guarded_client
 from tests.doubles.servers import ServerThread
 from tests.gateway.samples import image_bytes, pdf_bytes, png_bytes
 

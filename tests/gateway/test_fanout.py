@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from doubles.paddlex import pdf_page_sizes
-from gateway.fanout import plan_slices
-from gateway.pdf import cut_slices
+from gateway.inputs.pdf import cut_slices
+from gateway.upstream.fanout import plan_slices
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, pdf_bytes

@@ -23,8 +23,8 @@ from schemathesis.checks import (
 )
 from schemathesis.core.failures import Failure
 
-from gateway.app import create_app
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
+from gateway.server.app import create_app
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway, gateway_config
 

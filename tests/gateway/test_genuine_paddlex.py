@@ -14,8 +14,8 @@ import yaml
 from components import render
 from components.plan import build_plan
 from components.settings import load_settings
-from gateway.app import create_app
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
+from gateway.server.app import create_app
 from tests.gateway.conftest import RunningGateway, gateway_config
 from tests.sim.helpers import (
     Processes,

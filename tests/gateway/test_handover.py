@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from bench.rollout.load import ClientLoad
-from gateway.listeners import Offer, bind_sockets, inherit, obtain
+from gateway.server.listeners import Offer, bind_sockets, inherit, obtain
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import gateway_config
 from tests.gateway.multiworker_helpers import ROOT, GatewayProcess

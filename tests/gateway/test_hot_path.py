@@ -8,7 +8,7 @@ import json
 import socket
 from typing import Any
 
-from gateway.hot_path import GatewayApp
+from gateway.server.hot_path import GatewayApp
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, png_bytes
 

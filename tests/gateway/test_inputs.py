@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from gateway.inputs import InputError, image_size, make_document
-from gateway.settings import InputSettings
-from gateway.workers import ProcessWorkers, WorkerTimeout
+from gateway.config.settings import InputSettings
+from gateway.inputs.document import InputError, image_size, make_document
+from gateway.inputs.workers import ProcessWorkers, WorkerTimeout
 from tests.gateway import hostile
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, image_bytes, pdf_bytes, png_bytes

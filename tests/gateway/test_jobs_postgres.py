@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from gateway.config.settings import ConfigError, parse_settings
 from gateway.jobs.postgres import MIGRATIONS, PostgresBackend
 from gateway.jobs.store import Job
-from gateway.settings import ConfigError, parse_settings
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway
 from tests.gateway.jobs_helpers import (

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from gateway.fanout import plan_slices, spread_size
 from gateway.jobs.protocol import (
     ProtocolError,
     check_result_signature,
@@ -19,6 +18,7 @@ from gateway.jobs.protocol import (
     split_options,
 )
 from gateway.jobs.store import Job, JobStore
+from gateway.upstream.fanout import plan_slices, spread_size
 from tests.gateway.test_pool import make_pool
 
 

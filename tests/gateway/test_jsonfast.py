@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from gateway import jsonfast
-from gateway.jsonfast import LIFT_MIN_BYTES, RawString
+from gateway.wire import jsonfast
+from gateway.wire.jsonfast import LIFT_MIN_BYTES, RawString
 
 B64 = base64.b64encode(bytes(range(256)) * (LIFT_MIN_BYTES // 192 + 1)).decode()
 

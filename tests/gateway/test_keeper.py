@@ -19,12 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.config.settings import UpstreamSpec
+from gateway.dispatch.upstreams import Upstream
 from gateway.keeper.client import Found, find_slice, post_slice
 from gateway.keeper.server import KeeperApp, KeeperConfig, Upstreams
 from gateway.keeper.store import Answer, KeeperStore
-from gateway.settings import UpstreamSpec
-from gateway.upstream import Upstream
-from gateway.upstream_http import UpstreamClient
+from gateway.wire.upstream_http import UpstreamClient
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 from tests.gateway.jobs_helpers import numbered_pdf

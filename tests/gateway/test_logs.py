@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from gateway.errors import fresh_request_id
-from gateway.logs import (
+from gateway.api.errors import fresh_request_id
+from gateway.observability.logs import (
     ACCESS_LOGGER,
     BatchedStreamHandler,
     access_line,
@@ -81,7 +81,7 @@ def test_a_full_batch_and_a_record_outside_the_loop_are_written_at_once():
 def test_the_access_lines_of_a_process_that_exits_are_all_written(tmp_path):
     script = (
         "import asyncio, logging, sys\n"
-        "from gateway.logs import configure_logging\n"
+        "from gateway.observability.logs import configure_logging\n"
         "configure_logging('info')\n"
         "async def main():\n"
         "    for n in range(50):\n"

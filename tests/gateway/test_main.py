@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.logs import ACCESS_LOGGER
+from gateway.observability.logs import ACCESS_LOGGER
 from tests.gateway.test_settings import SEED_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from gateway.memory import keep_large_buffers
+from gateway.server.memory import keep_large_buffers
 
 # A request's large buffers, as the gateway makes them for a 1.3 MB body: uvicorn's body
 # buffer grown by 64 KB reads, the message copied out of it, the joined body, the base64 sliced
@@ -16,7 +16,7 @@ from gateway.memory import keep_large_buffers
 PROBE = textwrap.dedent(
     """
     import resource, sys
-    from gateway.memory import keep_large_buffers
+    from gateway.server.memory import keep_large_buffers
     if sys.argv[1] == "tuned":
         assert keep_large_buffers()
     chunk = b"x" * 65536

@@ -9,7 +9,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.jobs.store import JobStore
-from gateway.metrics import GatewayMetrics
+from gateway.observability.metrics import GatewayMetrics
 from tests.gateway.test_jobs_units import _job
 from tests.gateway.test_pool import make_pool
 

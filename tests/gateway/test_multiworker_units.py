@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway import occupancy
-from gateway.access import Access, AccessError, Principal
-from gateway.occupancy import Board, SlotsExhausted
-from gateway.pool import UpstreamPool
-from gateway.settings import parse_settings
-from gateway.worker_metrics import label_line, merge_expositions
+from gateway.access.control import Access, AccessError, Principal
+from gateway.config.settings import parse_settings
+from gateway.dispatch.pool import UpstreamPool
+from gateway.observability.worker_metrics import label_line, merge_expositions
+from gateway.shared import occupancy
+from gateway.shared.occupancy import Board, SlotsExhausted
 
 
 def _settings(urls: list[str], **lb: object):

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gateway.attempts import UpstreamClientError, UpstreamFailure
-from gateway.paddlex_api import envelope, parsing_results, restructure_body, restructured
-from gateway.upstream_http import Reply
+from gateway.upstream.attempts import UpstreamClientError, UpstreamFailure
+from gateway.upstream.paddlex_api import envelope, parsing_results, restructure_body, restructured
+from gateway.wire.upstream_http import Reply
 
 
 def reply(status: int, body: Any) -> Reply:

@@ -7,12 +7,12 @@ import random
 
 import pytest
 
-from gateway.central_queue import QueueFull, QueueTimeout
-from gateway.metrics import GatewayMetrics
-from gateway.policies import make_policy
-from gateway.pool import NoUpstreamAvailable, UpstreamPool
-from gateway.settings import POLICY_NAMES, parse_settings
-from gateway.upstream import Lease
+from gateway.config.settings import POLICY_NAMES, parse_settings
+from gateway.dispatch.central_queue import QueueFull, QueueTimeout
+from gateway.dispatch.policies import make_policy
+from gateway.dispatch.pool import NoUpstreamAvailable, UpstreamPool
+from gateway.dispatch.upstreams import Lease
+from gateway.observability.metrics import GatewayMetrics
 from tests.gateway.conftest import deep_merge
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from gateway.postprocess import (
+from gateway.api.postprocess import (
     collapse_blank_lines,
     postprocess,
     remove_repeated_hui,
     strip_images,
 )
-from gateway.settings import parse_settings
+from gateway.config.settings import parse_settings
 
 PADDLEX_IMAGE = (
     '<div style="text-align: center;"><img src="imgs/img_in_image_box_1_2_3_4.jpg" '

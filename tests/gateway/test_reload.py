@@ -8,8 +8,8 @@ import logging
 import threading
 import time
 
-from gateway.reload import ConfigWatcher
-from gateway.settings import Settings
+from gateway.config.reload import ConfigWatcher
+from gateway.config.settings import Settings
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import gateway_config
 from tests.gateway.samples import b64, png_bytes

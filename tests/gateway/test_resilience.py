@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.config.settings import HttpSettings, parse_settings
 from gateway.runtime import make_client, upstream_origin
-from gateway.settings import HttpSettings, parse_settings
-from gateway.upstream_http import UpstreamClient
+from gateway.wire.upstream_http import UpstreamClient
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway, gateway_config
 from tests.gateway.samples import b64, png_bytes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.settings import (
+from gateway.config.settings import (
     DEFAULT_MODE,
     ConfigError,
     load_settings,

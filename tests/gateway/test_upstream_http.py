@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
-from gateway.attempts import classify_transport_error
-from gateway.upstream_http import UpstreamClient
+from gateway.upstream.attempts import classify_transport_error
+from gateway.wire.upstream_http import UpstreamClient
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]
 

@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 
-from gateway.urlguard import (
+from gateway.wire.urlguard import (
     UrlGuard,
     UrlRefused,
     address_class,

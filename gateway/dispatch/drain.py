@@ -1,0 +1,143 @@
+"""Drained upstreams: taken out of dispatch on purpose, for a bounded time.
+
+A rollout drains a card's PaddleX instances before their containers are replaced
+(``POST /admin/drain``, :mod:`gateway.routers.drain`): a drained upstream gets no new request
+and no new job slice, while the attempts already on it finish. Every drain has a deadline
+(``ttl_s``), so a rollout killed between drain and undrain never leaves an instance out of
+service for good.
+
+The deadlines live outside the pool's :class:`~gateway.upstream.Upstream` objects, keyed by URL,
+so a config reload keeps them: in this process (:class:`LocalDrains`), or with several worker
+processes on the shared board (:class:`SharedDrains`, keyed by the upstream's slot, which is
+chosen by URL), so every worker sees a drain made through any of them. The pool reads them
+through the same two calls either way.
+
+Usage::
+
+    drains = LocalDrains() if seat is None else SharedDrains(seat)
+    drains.set(upstream, now + 3600.0)
+    drains.until(upstream) > now      # drained
+    drains.set(upstream, 0.0)         # undrained
+    chosen = select_upstreams(pool.upstreams, DrainSelector(card=0, host="node-1"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gateway.dispatch.upstreams import Upstream
+from gateway.shared.occupancy import Seat
+
+
+class LocalDrains:
+    """Drain deadlines of one process, by upstream URL."""
+
+    def __init__(self) -> None:
+        self._until: dict[str, float] = {}
+
+    def active(self) -> bool:
+        """Whether any deadline is set (an expired one included): the pool's fast path."""
+        return bool(self._until)
+
+    def until(self, upstream: Upstream) -> float:
+        return self._until.get(upstream.url, 0.0)
+
+    def set(self, upstream: Upstream, until: float) -> None:
+        if until:
+            self._until[upstream.url] = until
+        else:
+            self._until.pop(upstream.url, None)
+
+
+class SharedDrains:
+    """Drain deadlines on the workers' board (:mod:`gateway.occupancy`), by upstream slot."""
+
+    def __init__(self, seat: Seat) -> None:
+        self._seat = seat
+
+    def active(self) -> bool:
+        return self._seat.drains() > 0
+
+    def until(self, upstream: Upstream) -> float:
+        return self._seat.drain_until(upstream.slot)
+
+    def set(self, upstream: Upstream, until: float) -> None:
+        self._seat.set_drain(upstream.slot, until)
+
+
+DrainTable = LocalDrains | SharedDrains
+
+
+class SelectionError(ValueError):
+    """A drain selector names no configured upstream (``unknown``: what it named)."""
+
+    def __init__(self, message: str, unknown: list[str]) -> None:
+        super().__init__(message)
+        self.unknown = unknown
+
+
+@dataclass(frozen=True)
+class DrainSelector:
+    """Which upstreams a drain or undrain is about: URLs, and/or every upstream of a card (on
+    ``host``, needed when several hosts have that card) or of a vLLM."""
+
+    urls: tuple[str, ...] = ()
+    card: int | str | None = None
+    host: str | None = None
+    vllm: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.urls and self.card is None and self.vllm is None and self.host is None
+
+
+def select_upstreams(upstreams: Sequence[Upstream], selector: DrainSelector) -> list[Upstream]:
+    """The configured upstreams ``selector`` names, in config order; SelectionError naming
+    every URL that is not configured, or a card, host or vLLM that matches nothing."""
+    by_url = {u.url: u for u in upstreams}
+    wanted = [url.strip().rstrip("/") for url in selector.urls]
+    unknown = [url for url in wanted if url not in by_url]
+    if unknown:
+        raise SelectionError(
+            f"unknown upstream {', '.join(unknown)} (configured: {', '.join(by_url) or 'none'})",
+            unknown,
+        )
+    chosen = {url: by_url[url] for url in wanted}
+    if selector.card is not None or selector.host is not None or selector.vllm is not None:
+        matches = [u for u in upstreams if _matches(u, selector)]
+        if not matches:
+            named = _describe(selector)
+            raise SelectionError(f"no configured upstream on {named}", [named])
+        if selector.card is not None and selector.host is None:
+            hosts = sorted({str(u.spec.host) for u in matches})
+            if len(hosts) > 1:
+                raise SelectionError(
+                    f"card {selector.card} exists on several hosts ({', '.join(hosts)}); "
+                    "name one with host",
+                    [f"card {selector.card}"],
+                )
+        for u in matches:
+            chosen.setdefault(u.url, u)
+    order = {u.url: i for i, u in enumerate(upstreams)}
+    return sorted(chosen.values(), key=lambda u: order[u.url])
+
+
+def _matches(u: Upstream, selector: DrainSelector) -> bool:
+    spec = u.spec
+    if selector.card is not None and (spec.card is None or str(spec.card) != str(selector.card)):
+        return False
+    if selector.host is not None and spec.host != selector.host:
+        return False
+    return selector.vllm is None or (spec.vllm or "").rstrip("/") == selector.vllm.rstrip("/")
+
+
+def _describe(selector: DrainSelector) -> str:
+    parts = []
+    if selector.host is not None:
+        parts.append(f"host {selector.host}")
+    if selector.card is not None:
+        parts.append(f"card {selector.card}")
+    if selector.vllm is not None:
+        parts.append(f"vLLM {selector.vllm}")
+    return ", ".join(parts)

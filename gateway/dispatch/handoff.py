@@ -1,0 +1,125 @@
+"""Cross-worker dispatch: a free upstream goes to the oldest waiter of any worker.
+
+Each worker's :class:`~gateway.pool.UpstreamPool` keeps its own central queue; the
+:class:`~gateway.occupancy.Board` holds what the workers share. :class:`Handoff` is the pool's
+cross-worker half:
+
+- An upstream is free when its attempts in flight *over all workers* are below
+  ``load_balance.upstream_concurrency``; the check and the lease happen under the board's
+  lock, so no two workers can both take the last free place.
+- Every worker publishes the waiter it serves next (:meth:`Handoff.publish`). Before a worker
+  hands a free upstream to one of its own waiters (or to a request that just arrived), it
+  looks for an older waiter elsewhere that may use one of the free upstreams (retries before
+  first attempts before job slices, then the enqueue time). If the older waiters could take
+  every free upstream, it leaves them, wakes their worker (eventfd) and runs its own dispatch
+  again :data:`DEFER_S` later. A waiter that was not served in that time (its worker is busy,
+  or sees that upstream as unhealthy) stops holding others up for :data:`REARM_S`.
+- A worker that frees or takes an upstream while free ones remain wakes every worker whose
+  next waiter could use one, so no upstream stays idle while a request waits anywhere.
+
+Usage::
+
+    handoff = Handoff(seat, clock=time.monotonic, kick=pool.kick)
+    with seat.lock():
+        free = [u for u in eligible if handoff.count(u) < limit]
+        if handoff.gate(INTERACTIVE, now, free):
+            ...                          # lease one of ``free``
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+from gateway.dispatch.upstreams import Upstream
+from gateway.shared.occupancy import Seat
+
+DEFER_S = 0.02  # how long a free upstream is kept for an older waiter of another worker
+REARM_S = 0.2  # after being passed over, how long that waiter stops holding others up
+
+
+class Handoff:
+    """The pool's cross-worker half; see module doc. Runs on the event loop thread."""
+
+    def __init__(self, seat: Seat, clock: Callable[[], float], kick: Callable[[], None]) -> None:
+        """``kick`` re-runs the pool's dispatch (when a deferral has run out)."""
+        self.seat = seat
+        self._clock = clock
+        self._kick = kick
+        self._deferring: dict[tuple[int, float], float] = {}  # (worker, enqueued) -> since
+        self._timer: asyncio.TimerHandle | None = None
+        self._published: tuple[object, ...] = (0, 0.0, (), 0, 0)  # what the board shows
+        totals, base = seat.totals()
+
+        def count(upstream: Upstream) -> int:
+            """Attempts in flight at ``upstream`` over all workers (read on every dispatch)."""
+            return totals[base + upstream.slot]
+
+        def counts(upstreams: Iterable[Upstream]) -> list[int]:
+            """:func:`count` of each of ``upstreams``."""
+            return [totals[base + u.slot] for u in upstreams]
+
+        self.count = count
+        self.counts = counts
+
+    def publish(
+        self, priority: int, enqueued: float, excluded: Iterable[int], waiting: int, background: int
+    ) -> None:
+        """This worker's next waiter (priority 0: none waits), its requests and job slices
+        waiting (written only when that changed)."""
+        state = (priority, enqueued, tuple(sorted(excluded)), waiting, background)
+        if state != self._published:
+            self.seat.publish(priority, enqueued, list(state[2]), waiting, background)
+            self._published = state
+
+    def gate(self, priority: int, enqueued: float, free: list[Upstream]) -> bool:
+        """Whether a waiter of ``(priority, enqueued)`` may take one of ``free`` now.
+
+        No: older waiters of other workers could use every free upstream; their workers are
+        woken and this worker's dispatch runs again after :data:`DEFER_S`.
+        """
+        if not self.seat.others_wait():
+            return True
+        key = (priority, enqueued)
+        now = self._clock()
+        older = []
+        demand = 0
+        for head in self.seat.heads():
+            if (head.priority, head.enqueued) >= key:
+                continue
+            if head.excluded and not head.can_use(u.slot for u in free):
+                continue
+            record = (head.worker, head.enqueued)
+            since = self._deferring.get(record)
+            if since is None or now - since > REARM_S:
+                self._deferring[record] = since = now
+            if now - since > DEFER_S:
+                continue  # it had its chance at this upstream
+            older.append(head.worker)
+            demand += max(1, head.waiting)
+        if len(self._deferring) > 64:
+            self._deferring = {k: v for k, v in self._deferring.items() if now - v <= REARM_S}
+        if not older or len(free) > demand:
+            return True
+        for worker in older:
+            self.seat.wake(worker)
+        self._arm()
+        return False
+
+    def wake_others(self, free: list[Upstream]) -> None:
+        """Wake every other worker whose next waiter could use one of ``free``."""
+        if not free or not self.seat.others_wait():
+            return
+        for head in self.seat.heads():
+            if not head.excluded or head.can_use(u.slot for u in free):
+                self.seat.wake(head.worker)
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(DEFER_S * 1.5, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._kick()
