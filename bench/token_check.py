@@ -16,8 +16,9 @@ import contextlib
 import hashlib
 import time
 
-from gateway.access.control import Access, AccessError
+from gateway.access.control import Access
 from gateway.config.settings import AuthSettings
+from gateway.errors import AccessError
 
 
 def measure(tokens: int, rounds: int) -> dict[str, float]:

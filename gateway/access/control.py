@@ -43,10 +43,10 @@ from fastapi import Request, Security
 from fastapi.security import HTTPBearer
 
 from gateway.access.local_token import LOCAL_PRINCIPAL, local_token_digest
-from gateway.api.errors import ANONYMOUS, request_context
 from gateway.config.settings import AuthSettings, TokenSpec
+from gateway.errors import AccessError
+from gateway.observability.context import ANONYMOUS, request_context
 from gateway.shared.occupancy import SlotsExhausted
-from gateway.upstream.attempts import GatewayError
 
 if TYPE_CHECKING:
     from gateway.observability.metrics import GatewayMetrics
@@ -75,10 +75,6 @@ class Principal:
     def tenant(self) -> str | None:
         """The key the central queue shares capacity by (None: the open gateway's one)."""
         return None if self.spec is None else self.name
-
-
-class AccessError(GatewayError):
-    """401, 403 or 429: the caller is not (or not now) allowed."""
 
 
 @dataclass

@@ -18,7 +18,7 @@ from fastapi import Depends, Request
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
-from gateway.inputs.document import InputError
+from gateway.errors import InputError
 from gateway.runtime import Runtime
 from gateway.wire import jsonfast
 

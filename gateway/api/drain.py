@@ -30,8 +30,8 @@ from gateway.api.common import RuntimeDep
 from gateway.api.schemas import error_responses
 from gateway.dispatch.drain import DrainSelector, SelectionError, select_upstreams
 from gateway.dispatch.upstreams import Upstream
+from gateway.errors import GatewayError
 from gateway.runtime import Runtime
-from gateway.upstream.attempts import GatewayError
 
 router = APIRouter(tags=["operations"], dependencies=[Depends(admin_principal)])
 

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 
 from gateway.access.control import BEARER_SECURITY, Principal, admitted
 from gateway.api.common import RawResponse, read_body, runtime_of
-from gateway.api.errors import error_body, error_response, gateway_error_response, request_context
+from gateway.api.errors import error_body, error_response, gateway_error_response
 from gateway.api.schemas import (
     LayoutParsingRequest,
     PaddlexEnvelope,
@@ -31,10 +31,11 @@ from gateway.api.schemas import (
     request_body,
 )
 from gateway.config.settings import Settings
-from gateway.inputs.document import InputError, plain_base64_image
+from gateway.errors import GatewayError, InputError, UpstreamClientError
+from gateway.inputs.document import plain_base64_image
 from gateway.inputs.sources import decode_base64, fetch_url
+from gateway.observability.context import request_context
 from gateway.runtime import Runtime
-from gateway.upstream.attempts import GatewayError, UpstreamClientError
 from gateway.wire import jsonfast
 
 router = APIRouter(tags=["PaddleX-native"])

@@ -24,14 +24,15 @@ from starlette.datastructures import UploadFile
 
 from gateway.access.control import BEARER_SECURITY, Principal, admitted
 from gateway.api.common import json_answer, read_body, runtime_of
-from gateway.api.errors import error_response, gateway_error_response, request_context
+from gateway.api.errors import error_response, gateway_error_response
 from gateway.api.postprocess import postprocess
 from gateway.api.schemas import OcrRequest, OcrResponse, error_responses, request_body
 from gateway.config.settings import Settings
-from gateway.inputs.document import Document, InputError, plain_base64_image
+from gateway.errors import GatewayError, InputError, UpstreamClientError
+from gateway.inputs.document import Document, plain_base64_image
 from gateway.inputs.sources import SOURCE_FIELDS, resolve_input
+from gateway.observability.context import request_context
 from gateway.runtime import Runtime
-from gateway.upstream.attempts import GatewayError, UpstreamClientError
 from gateway.upstream.fanout import ocr_pdf_fanned_out, should_fan_out
 from gateway.wire import jsonfast
 from gateway.wire.jsonfast import RawString

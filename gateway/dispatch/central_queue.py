@@ -34,23 +34,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.dispatch.upstreams import Lease, PoolError, Upstream
+from gateway.dispatch.upstreams import Lease, Upstream
+from gateway.errors import QueueFull, QueueTimeout
 from gateway.observability.metrics import GatewayMetrics
 
 # the order waiters are served in, across workers too (lower first; 0: nobody waits)
 RETRY, INTERACTIVE, BACKGROUND = 1, 2, 3
-
-
-class QueueFull(PoolError):
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class QueueTimeout(PoolError):
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 @dataclass(eq=False)

@@ -47,24 +47,14 @@ from gateway.dispatch.drain import DrainTable, LocalDrains, SharedDrains
 from gateway.dispatch.handoff import Handoff
 from gateway.dispatch.outlier import PoolHealth
 from gateway.dispatch.policies import Policy, make_policy
-from gateway.dispatch.upstreams import (
-    FAILURE_OUTCOMES,
-    GOOD_OUTCOMES,
-    OUTCOMES,
-    Lease,
-    PoolError,
-    Upstream,
-)
+from gateway.dispatch.upstreams import FAILURE_OUTCOMES, GOOD_OUTCOMES, OUTCOMES, Lease, Upstream
+from gateway.errors import NoUpstreamAvailable
 from gateway.observability.metrics import GatewayMetrics
 from gateway.shared.occupancy import Seat, SlotsExhausted
 
 log = logging.getLogger("gateway.pool")
 
 _OPTIMISTIC_TRIES = 3  # choices made outside the board's lock before a request queues
-
-
-class NoUpstreamAvailable(PoolError):
-    """Nothing left to try (none configured, or all already tried by this request)."""
 
 
 _HALF_CLASS_UP = math.sqrt(2)  # a service time within half a class of the average is class 0

@@ -45,12 +45,6 @@ GOOD_OUTCOMES = frozenset({"success", "client_error"})
 SERVICE_SAMPLES = 16  # successful attempts behind an upstream's service-time estimate
 
 
-class PoolError(Exception):
-    """No upstream could be leased."""
-
-    retry_after: int | None = None
-
-
 @dataclass(eq=False)
 class Upstream:
     """Mutable state of one upstream; kept across reloads while its URL stays configured."""

@@ -28,6 +28,7 @@ from typing import Any
 import pybase64
 
 from gateway.config.settings import InputSettings
+from gateway.errors import InputError
 from gateway.inputs.decodable import jpeg_damage, png_damage
 from gateway.inputs.pdf import inspect_pdf, is_pdf
 from gateway.inputs.workers import ProcessWorkers, WorkerCrashed, WorkerTimeout
@@ -39,16 +40,6 @@ _JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0
 _MAX_JPEG_SEGMENTS = 4096
 _MAX_TIFF_ENTRIES = 100_000
 _DAMAGE = {"image/png": png_damage, "image/jpeg": jpeg_damage}
-
-
-class InputError(Exception):
-    """A problem with what the caller sent; carries the HTTP status to answer with."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
 
 
 class Document:

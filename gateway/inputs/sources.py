@@ -26,10 +26,10 @@ import httpx
 import pybase64
 
 from gateway.config.settings import InputSettings
+from gateway.errors import InputError
 from gateway.inputs.document import (
     Document,
     DocumentInspector,
-    InputError,
     make_document,
     plain_base64_image,
     sniff_type,

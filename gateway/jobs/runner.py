@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, Any
 import pybase64
 
 from gateway.dispatch.upstreams import Upstream
+from gateway.errors import GatewayError, UpstreamClientError, UpstreamFailure
 from gateway.jobs.protocol import job_data
 from gateway.jobs.store import Job, JobStore, SliceClaim, SliceSize
 from gateway.keeper.client import find_slice, slice_key
-from gateway.upstream.attempts import GatewayError, UpstreamClientError, UpstreamFailure
 from gateway.upstream.fanout import (
     Work,
     free_capacity,

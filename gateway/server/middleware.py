@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.api.errors import RequestContext, new_request_id
+from gateway.observability.context import RequestContext, new_request_id
 from gateway.observability.logs import access_line
 
 if TYPE_CHECKING:

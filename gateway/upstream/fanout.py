@@ -35,9 +35,10 @@ import pybase64
 from gateway.config.settings import Settings
 from gateway.dispatch.pool import UpstreamPool
 from gateway.dispatch.upstreams import Upstream
+from gateway.errors import GatewayError, UpstreamFailure
 from gateway.inputs.document import Document, DocumentInspector
 from gateway.keeper.client import post_slice
-from gateway.upstream.attempts import Attempt, GatewayError, UpstreamFailure
+from gateway.upstream.attempts import Attempt
 from gateway.upstream.paddlex_api import (
     TRUNCATION_HINT,
     layout_body,

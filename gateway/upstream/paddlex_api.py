@@ -16,12 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.upstream.attempts import (
-    UpstreamClientError,
-    UpstreamFailure,
-    error_message,
-    raise_for_upstream_status,
-)
+from gateway.errors import UpstreamClientError, UpstreamFailure
+from gateway.upstream.attempts import error_message, raise_for_upstream_status
 from gateway.wire.jsonfast import RawString
 from gateway.wire.upstream_http import Reply
 

@@ -34,15 +34,19 @@ from typing import Any, TypeVar
 import httpx
 
 from gateway.config.settings import Settings
-from gateway.dispatch.central_queue import QueueFull, QueueTimeout
-from gateway.dispatch.pool import NoUpstreamAvailable, UpstreamPool
+from gateway.dispatch.pool import UpstreamPool
 from gateway.dispatch.upstreams import Lease, Upstream
+from gateway.errors import (
+    GatewayError,
+    NoUpstreamAvailable,
+    QueueFull,
+    QueueTimeout,
+    UpstreamClientError,
+    UpstreamFailure,
+)
 from gateway.inputs.document import Document
 from gateway.upstream.attempts import (
     Attempt,
-    GatewayError,
-    UpstreamClientError,
-    UpstreamFailure,
     classify_transport_error,
     raise_for_upstream_status,
     refuses_connections,

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.access.control import Access, AccessError, Principal
+from gateway.access.control import Access, Principal
 from gateway.config.settings import parse_settings
 from gateway.dispatch.pool import UpstreamPool
+from gateway.errors import AccessError
 from gateway.observability.worker_metrics import label_line, merge_expositions
 from gateway.shared import occupancy
 from gateway.shared.occupancy import Board, SlotsExhausted

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.upstream.attempts import UpstreamClientError, UpstreamFailure
+from gateway.errors import UpstreamClientError, UpstreamFailure
 from gateway.upstream.paddlex_api import envelope, parsing_results, restructure_body, restructured
 from gateway.wire.upstream_http import Reply
 

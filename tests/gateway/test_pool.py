@@ -8,10 +8,10 @@ import random
 import pytest
 
 from gateway.config.settings import POLICY_NAMES, parse_settings
-from gateway.dispatch.central_queue import QueueFull, QueueTimeout
 from gateway.dispatch.policies import make_policy
-from gateway.dispatch.pool import NoUpstreamAvailable, UpstreamPool
+from gateway.dispatch.pool import UpstreamPool
 from gateway.dispatch.upstreams import Lease
+from gateway.errors import NoUpstreamAvailable, QueueFull, QueueTimeout
 from gateway.observability.metrics import GatewayMetrics
 from tests.gateway.conftest import deep_merge
 
