@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.access.control import admin_principal
 from gateway.api.common import RuntimeDep
+from gateway.api.routes import DRAIN, UNDRAIN
 from gateway.api.schemas import error_responses
 from gateway.dispatch.drain import DrainSelector, SelectionError, select_upstreams
 from gateway.dispatch.upstreams import Upstream
@@ -121,7 +122,7 @@ def _describe(runtime: Runtime, upstreams: list[Upstream]) -> list[dict[str, Any
 
 
 @router.post(
-    "/admin/drain",
+    DRAIN.path,
     summary="stop giving upstreams new work; wait for their attempts in flight",
     response_model=DrainResponse,
     responses=error_responses(400, 401, 403, 404),
@@ -150,7 +151,7 @@ async def drain(body: DrainRequest, runtime: RuntimeDep) -> JSONResponse:
 
 
 @router.post(
-    "/admin/undrain",
+    UNDRAIN.path,
     summary="take drained upstreams back in",
     response_model=UndrainResponse,
     responses=error_responses(400, 401, 403, 404),

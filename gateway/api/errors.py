@@ -26,12 +26,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gateway.api.routes import PADDLEX_ENVELOPE_PATHS
 from gateway.errors import GatewayError, InputError
 from gateway.observability.context import request_context
 
 log = logging.getLogger("gateway.errors")
 
-NATIVE_ROUTES = frozenset({"/layout-parsing", "/restructure-pages"})
 OFFICIAL_API_PREFIX = "/api/v2/"  # the job routes (gateway.jobs): {code, msg, data} envelope
 
 
@@ -121,7 +121,7 @@ def _envelopes(request: Request) -> dict[str, bool]:
     """The envelope keys an error on this path carries besides the gateway's own."""
     path = request.url.path
     return {
-        "paddlex_envelope": path in NATIVE_ROUTES,
+        "paddlex_envelope": path in PADDLEX_ENVELOPE_PATHS,
         "official_envelope": path.startswith(OFFICIAL_API_PREFIX),
     }
 

@@ -7,6 +7,10 @@ bounds as ``/ocr``'s (:mod:`gateway.inputs`); a ``file`` URL is fetched by the g
 its URL guard and sent on as base64 (PaddleX would fetch it from inside the network). An
 upstream 4xx comes back with its envelope plus the gateway's ``error`` and ``request_id``.
 
+Both are hot routes (:mod:`gateway.api.routes`): the hot path (:mod:`gateway.server.hot_path`)
+calls their handlers straight from the connection; FastAPI's routing never serves their
+``POST``, their declarations here describe them in ``/openapi.json``.
+
 Usage::
 
     app.include_router(router)
@@ -23,6 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from gateway.access.control import BEARER_SECURITY, Principal, admitted
 from gateway.api.common import RawResponse, read_body, runtime_of
 from gateway.api.errors import error_body, error_response, gateway_error_response
+from gateway.api.routes import LAYOUT_PARSING, RESTRUCTURE_PAGES
 from gateway.api.schemas import (
     LayoutParsingRequest,
     PaddlexEnvelope,
@@ -141,7 +146,7 @@ async def _passthrough(
 
 
 @router.post(
-    "/layout-parsing",
+    LAYOUT_PARSING.path,  # served by the hot path (gateway.api.routes)
     summary="PaddleX /layout-parsing, balanced over the upstreams",
     response_model=PaddlexEnvelope,
     responses=_ERRORS,
@@ -154,7 +159,7 @@ async def layout_parsing(request: Request) -> Response:
 
 
 @router.post(
-    "/restructure-pages",
+    RESTRUCTURE_PAGES.path,  # served by the hot path (gateway.api.routes)
     summary="PaddleX /restructure-pages, balanced over the upstreams",
     response_model=PaddlexEnvelope,
     responses=_ERRORS,

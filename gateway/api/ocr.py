@@ -6,6 +6,10 @@ on one upstream with failover (:meth:`gateway.proxy.Proxy.ocr`); a PDF longer th
 ``fanout.threshold_pages`` is parsed in page slices on several upstreams at once
 (:mod:`gateway.fanout`).
 
+Both are hot routes (:mod:`gateway.api.routes`): the hot path (:mod:`gateway.server.hot_path`)
+calls :func:`ocr` and :func:`ocr_file` straight from the connection; FastAPI's routing never
+serves their ``POST``, their declarations here describe them in ``/openapi.json``.
+
 Usage::
 
     app.include_router(router)
@@ -26,6 +30,7 @@ from gateway.access.control import BEARER_SECURITY, Principal, admitted
 from gateway.api.common import json_answer, read_body, runtime_of
 from gateway.api.errors import error_response, gateway_error_response
 from gateway.api.postprocess import postprocess
+from gateway.api.routes import OCR, OCR_FILE
 from gateway.api.schemas import OcrRequest, OcrResponse, error_responses, request_body
 from gateway.config.settings import Settings
 from gateway.errors import GatewayError, InputError, UpstreamClientError
@@ -193,7 +198,7 @@ async def _uploaded_document(
 
 
 @router.post(
-    "/ocr",
+    OCR.path,  # served by the hot path (gateway.api.routes)
     summary="OCR one document given as base64, a data URL, a URL or a local path",
     response_model=OcrResponse,
     responses=_ERRORS,
@@ -206,7 +211,7 @@ async def ocr(request: Request) -> Response:
 
 
 @router.post(
-    "/ocr-file",
+    OCR_FILE.path,  # served by the hot path (gateway.api.routes)
     summary="OCR one uploaded document (multipart field 'file')",
     response_model=OcrResponse,
     responses=_ERRORS,

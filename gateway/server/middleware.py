@@ -11,7 +11,7 @@ The token's name is logged, never the token.
 
 Usage::
 
-    app.add_middleware(RequestContextMiddleware, runtime=runtime, routes=ROUTES)
+    app.add_middleware(RequestContextMiddleware, runtime=runtime, routes=COUNTED_PATHS)
 """
 
 from __future__ import annotations
