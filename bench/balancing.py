@@ -64,7 +64,8 @@ GATEWAY_SRC: dict[str, Path] = {}  # the snapshot of gateway/ that this run star
 
 
 def default_policy(src: Path | None = None) -> str:
-    """The gateway's own default (``DEFAULT_MODE`` in gateway/settings.py), else ``queue``."""
+    """The gateway's own default (``DEFAULT_MODE`` in gateway/config/settings.py), else
+    ``queue``."""
     root = src if src is not None else Path(__file__).resolve().parent.parent
     try:
         text = (root / "gateway" / "settings.py").read_text()

@@ -5,7 +5,7 @@ image, its slice keeper (`components.keeper`) unless the config key `keeper` is 
 A gateway that must be replaced (a new image, new arguments) is replaced without a gap: the new
 container is created first, beside the old one (its name carries a hash of what forced the
 replacement: `render.gateway_container_name`), takes over the old one's listening sockets
-through the handover path (gateway/listeners.py), gets its config and answers `/ready`; only
+through the handover path (gateway/server/listeners.py), gets its config and answers `/ready`; only
 then does Pulumi delete the old one (`docker stop` with `STOP_GRACE_S`: it finishes what it
 holds). The keeper is still replaced delete-first: while it is away the gateway sends job slices
 straight to their instances (gateway/keeper/client.py)."""

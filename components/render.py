@@ -45,7 +45,7 @@ GATEWAY_DEFAULTS = CONFIG_TEMPLATES / "gateway_defaults.json"
 MODEL_DIR_IN_CONTAINER = "/data"
 JOBS_DIR_IN_CONTAINER = "/var/lib/paddleocr-fleet/jobs"
 LOCAL_TOKEN_FILE = f"{JOBS_DIR_IN_CONTAINER}/admin.token"
-"""The gateway's local admin token (gateway/local_token.py): the stack's drains use it."""
+"""The gateway's local admin token (gateway/access/local_token.py): the stack's drains use it."""
 
 
 def official_model_name(served_model_name: str) -> str:
@@ -502,7 +502,7 @@ def image_cleanup_command(tag: str, image_id: str) -> str:
 
 def gateway_handover_path(gateway: GatewayPlan) -> str:
     """The unix socket where a gateway hands its listening sockets to the one that replaces it
-    (gateway/listeners.py): in the jobs folder, a host folder every gateway container of the
+    (gateway/server/listeners.py): in the jobs folder, a host folder every gateway container of the
     stack on that host mounts."""
     return f"{JOBS_DIR_IN_CONTAINER}/handover/gateway-{gateway.port}.sock"
 

@@ -10,7 +10,7 @@ With no token configured the gateway is open (every caller is :data:`ANONYMOUS`)
 Quotas per token (optional): ``max_in_flight`` requests at once and ``rate_per_s`` (a token
 bucket holding one second's worth, at least 1); over either, 429 with ``Retry-After``. Each
 token has its own counters, so one token's flood slows no other token. With a ``seat`` (one of
-several worker processes, :mod:`gateway.occupancy`) the quotas count the token's requests in
+several worker processes, :mod:`gateway.shared.occupancy`) the quotas count the token's requests in
 every worker: its in-flight count is a sum over the workers' rows, its bucket is shared.
 
 Usage::

@@ -5,8 +5,8 @@ A drain stops new work (requests and job slices) at once, then waits up to ``wai
 attempts already on those instances, over every worker, to finish, and answers with what is
 still in flight: ``drained`` true means nothing is. It holds for ``ttl_s`` at most (a rollout
 killed between drain and undrain does not leave an instance out for good), through config
-reloads, in every worker (:mod:`gateway.drain`). Both calls are idempotent; draining again sets
-a new deadline.
+reloads, in every worker (:mod:`gateway.dispatch.drain`). Both calls are idempotent; draining again
+sets a new deadline.
 
 Usage::
 

@@ -3,8 +3,8 @@
 The body goes to one upstream and its envelope comes back unchanged (headers
 ``X-Gateway-Upstream``, ``X-Gateway-Attempts``), balanced and failed over like ``/ocr``, so any
 PaddleX client can point here. The document in a ``/layout-parsing`` body meets the same
-bounds as ``/ocr``'s (:mod:`gateway.inputs`); a ``file`` URL is fetched by the gateway through
-its URL guard and sent on as base64 (PaddleX would fetch it from inside the network). An
+bounds as ``/ocr``'s (:mod:`gateway.inputs.document`); a ``file`` URL is fetched by the gateway
+through its URL guard and sent on as base64 (PaddleX would fetch it from inside the network). An
 upstream 4xx comes back with its envelope plus the gateway's ``error`` and ``request_id``.
 
 Both are hot routes (:mod:`gateway.api.routes`): the hot path (:mod:`gateway.server.hot_path`)

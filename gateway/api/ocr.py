@@ -1,10 +1,10 @@
 """``POST /ocr`` and ``POST /ocr-file``: one document in, its markdown out.
 
 Both take a user or admin bearer token (when tokens are configured), read the document (JSON
-sources or a multipart upload), check it (:mod:`gateway.inputs`) and run both PaddleX steps
-on one upstream with failover (:meth:`gateway.proxy.Proxy.ocr`); a PDF longer than
+sources or a multipart upload), check it (:mod:`gateway.inputs.document`) and run both PaddleX steps
+on one upstream with failover (:meth:`gateway.upstream.proxy.Proxy.ocr`); a PDF longer than
 ``fanout.threshold_pages`` is parsed in page slices on several upstreams at once
-(:mod:`gateway.fanout`).
+(:mod:`gateway.upstream.fanout`).
 
 Both are hot routes (:mod:`gateway.api.routes`): the hot path (:mod:`gateway.server.hot_path`)
 calls :func:`ocr` and :func:`ocr_file` straight from the connection; FastAPI's routing never
@@ -131,7 +131,7 @@ def parse_json_object(
     body: bytes, lift: str | None = None
 ) -> tuple[dict[str, Any], RawString | None]:
     """The body as a JSON object, or InputError 400; with ``lift``, that key's large string
-    left unparsed and given apart (:func:`gateway.jsonfast.loads_lifting`)."""
+    left unparsed and given apart (:func:`gateway.wire.jsonfast.loads_lifting`)."""
     try:
         payload, raw = jsonfast.loads_lifting(body, lift) if lift else (jsonfast.loads(body), None)
     except ValueError as exc:
@@ -165,7 +165,7 @@ async def _json_document(
 
 def _lifted_image(body: bytes, settings: Settings) -> tuple[dict[str, Any], Document | None]:
     """The body as a JSON object and, when its ``base64`` is a large plain base64 image, that
-    image, read without parsing it into a ``str`` (:func:`gateway.jsonfast.loads_lifting`);
+    image, read without parsing it into a ``str`` (:func:`gateway.wire.jsonfast.loads_lifting`);
     anything else is parsed whole and left to :func:`resolve_input`."""
     payload, raw = parse_json_object(body, lift="base64")
     if raw is None:

@@ -19,8 +19,8 @@ Usage::
     )
     queue.dispatch(free_upstreams, limit=4, choose=pick_one, lease=make_lease)  # on release
 
-With several worker processes (:mod:`gateway.handoff`) the pool also reads :meth:`head` (the
-waiter served next, to publish it), passes ``count`` (in-flight over all workers) and ``gate``
+With several worker processes (:mod:`gateway.dispatch.handoff`) the pool also reads :meth:`head`
+(the waiter served next, to publish it), passes ``count`` (in-flight over all workers) and ``gate``
 (may this waiter be served, or does an older one of another worker come first) to
 :meth:`dispatch`, and ``enqueued`` (run dispatch once the waiter is visible) to :meth:`wait`;
 ``on_change`` is called when waiters come or go.

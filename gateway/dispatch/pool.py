@@ -1,18 +1,18 @@
 """Upstream pool: the upstreams, balancing, leases, panic, retry budget (health decisions in
-:mod:`gateway.outlier`).
+:mod:`gateway.dispatch.outlier`).
 
 Pure asyncio state, no HTTP: the proxy asks for a :class:`Lease` on an upstream, does its I/O,
-and releases the lease with an outcome (see :mod:`gateway.upstream` for the outcomes and what
-counts towards ejection). In ``queue`` mode requests wait for a free upstream in the
-:class:`~gateway.central_queue.CentralQueue`, and among free upstreams the one with the lowest
-recent service time wins (a median of its last successful attempts, in classes a factor of 2
+and releases the lease with an outcome (see :mod:`gateway.dispatch.upstreams` for the outcomes and
+what counts towards ejection). In ``queue`` mode requests wait for a free upstream in the
+:class:`~gateway.dispatch.central_queue.CentralQueue`, and among free upstreams the one with the
+lowest recent service time wins (a median of its last successful attempts, in classes a factor of 2
 wide), then the topology tie-break. All methods run on the event loop thread; the synchronous
 ones are atomic with respect to other coroutines.
 
-With a ``seat`` (one of several worker processes, :mod:`gateway.occupancy`) the in-flight counts
-that the concurrency limit and the load keys read are those of all workers, a free upstream
-goes to the oldest waiter of any worker (:mod:`gateway.handoff`), and drains
-(:mod:`gateway.drain`) hold in every worker; health, ejection, service times and the retry
+With a ``seat`` (one of several worker processes, :mod:`gateway.shared.occupancy`) the in-flight
+counts that the concurrency limit and the load keys read are those of all workers, a free upstream
+goes to the oldest waiter of any worker (:mod:`gateway.dispatch.handoff`), and drains
+(:mod:`gateway.dispatch.drain`) hold in every worker; health, ejection, service times and the retry
 budget stay this worker's own. Without one nothing is shared.
 
 No capacity is a wait, not an error: when no upstream can take a request (all drained, all
@@ -73,7 +73,7 @@ class UpstreamPool(PoolHealth):
     """All upstreams of one gateway, the balancing policy and the central queue.
 
     The health half (ejection, probes, dead and stuck upstreams) is
-    :class:`gateway.outlier.PoolHealth`.
+    :class:`gateway.dispatch.outlier.PoolHealth`.
     """
 
     def __init__(
@@ -503,7 +503,8 @@ class UpstreamPool(PoolHealth):
                 self.handoff.wake_others(free)
 
     def _publish(self) -> None:
-        """Tell the other workers which waiter this one serves next (see gateway.handoff)."""
+        """Tell the other workers which waiter this one serves next (see
+        gateway.dispatch.handoff)."""
         assert self.handoff is not None
         waiter = self.queue.head()
         waiting, background = len(self.queue), self.queue.background_waiting

@@ -1,14 +1,16 @@
 """FastAPI application factory: the routers over one :class:`gateway.runtime.Runtime`.
 
-Routes (:mod:`gateway.routers`): ``POST /ocr``, ``POST /ocr-file``, ``POST /layout-parsing``,
-``POST /restructure-pages`` (a user or admin bearer token when tokens are configured),
-``GET /health``, ``GET /ready`` (open), ``GET /upstreams``, ``GET /metrics``,
-``POST /admin/drain``, ``POST /admin/undrain`` (an admin token, :mod:`gateway.routers.drain`),
-the status page under ``/status`` (an admin session, :mod:`gateway.status`),
-and the official PaddleOCR API job routes under ``/api/v2/ocr/`` (:mod:`gateway.jobs`).
-Errors are ``{"error": {"code", "message", ...}, "request_id"}`` with a 4xx/5xx status
-(:mod:`gateway.errors`); ``/docs`` and ``/openapi.json`` describe every route's request and
-response (:mod:`gateway.schemas`).
+Routes (:mod:`gateway.api`, every path in the route table :mod:`gateway.api.routes`): ``POST /ocr``,
+``POST /ocr-file``, ``POST /layout-parsing``, ``POST /restructure-pages`` (a user or admin bearer
+token when tokens are configured), ``GET /health``, ``GET /ready`` (open), ``GET /upstreams``, ``GET
+/metrics``, ``POST /admin/drain``, ``POST /admin/undrain`` (an admin token,
+:mod:`gateway.api.drain`), the status page under ``/status`` (an admin session,
+:mod:`gateway.status`), and the official PaddleOCR API job routes under ``/api/v2/ocr/``
+(:mod:`gateway.jobs`). Errors are ``{"error": {"code", "message", ...}, "request_id"}`` with a
+4xx/5xx status (:mod:`gateway.api.errors`); ``/docs`` and ``/openapi.json`` describe every route's
+request and response (:mod:`gateway.api.schemas`). The hot routes' ``POST`` is served by the hot
+path (:mod:`gateway.server.hot_path`) with the handlers their routers declare
+(:func:`hot_handlers`).
 
 Usage::
 
@@ -62,7 +64,7 @@ def create_app(
 ) -> GatewayApp:
     """Build a gateway app. A path is loaded now (ConfigError on a bad file) and watched.
     ``resolver`` replaces the system resolver of URL fetches (tests); ``seat``: this app is
-    one of several worker processes (:mod:`gateway.supervisor`)."""
+    one of several worker processes (:mod:`gateway.server.supervisor`)."""
     if isinstance(settings_or_path, Settings):
         runtime = Runtime(settings_or_path, None, watch=False, resolver=resolver, seat=seat)
     else:

@@ -141,7 +141,7 @@ class _Bounded:
         raise NotImplementedError
 
     def _close_after_response_if_draining(self) -> None:
-        """While the server drains (:mod:`gateway.serving`), a request that has just started
+        """While the server drains (:mod:`gateway.server.serving`), a request that has just started
         is answered with ``Connection: close``: the client opens its next connection to
         whoever listens now instead of reusing this one."""
         cycle = self.cycle

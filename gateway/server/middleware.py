@@ -1,8 +1,8 @@
 """The request middleware: request id, per-route metrics and the access log.
 
 Pure ASGI (no body copies). For every HTTP request it creates the
-:class:`~gateway.errors.RequestContext` (request id from ``X-Request-ID`` or a fresh one; the
-access check fills in the token's name), adds ``X-Request-ID`` to the response, counts
+:class:`~gateway.observability.context.RequestContext` (request id from ``X-Request-ID`` or a fresh
+one; the access check fills in the token's name), adds ``X-Request-ID`` to the response, counts
 ``gateway_requests_total{route,code,token}`` and logs one access line on ``gateway.access``::
 
     127.0.0.1:53122 "POST /ocr HTTP/1.1" 200 token=team-a rid=5f0c... 1843.2ms

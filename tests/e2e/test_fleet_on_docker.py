@@ -324,8 +324,8 @@ def test_ocr_a_multipage_pdf_is_one_document_with_every_page(fleet):
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["pages"] == 12
-    # parsed in page slices on several instances at once (gateway.fanout): every page answered
-    # by a vLLM of the fleet, one per page
+    # parsed in page slices on several instances at once (gateway.upstream.fanout): every page
+    # answered by a vLLM of the fleet, one per page
     assert body["slices"] > 1
     ports = re.findall(r"sim-vllm:(\d+)", body["text"])
     assert len(ports) == 12 and {int(p) for p in ports} <= set(binding(fleet).values())

@@ -1,5 +1,5 @@
 """The shared board and the cross-worker dispatch, in one process: two pools on two seats of
-one :class:`gateway.occupancy.Board` stand for two workers (their own lock descriptions and
+one :class:`gateway.shared.occupancy.Board` stand for two workers (their own lock descriptions and
 wake-ups, one event loop)."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The PaddleX answer checks (gateway/paddlex_api.py) on answers as they come off the wire."""
+"""The PaddleX answer checks (gateway/upstream/paddlex_api.py) on answers as they come off the
+wire."""
 
 from __future__ import annotations
 

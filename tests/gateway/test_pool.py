@@ -1,4 +1,5 @@
-"""gateway.policies, gateway.pool and gateway.central_queue: pure asyncio state, no HTTP."""
+"""gateway.dispatch.policies, gateway.dispatch.pool and gateway.dispatch.central_queue: pure asyncio
+state, no HTTP."""
 
 from __future__ import annotations
 
