@@ -465,7 +465,7 @@ def test_a_changed_gateway_source_rebuilds_and_replaces_only_the_gateway_and_its
     before = full_ids(list(container_ids()))
     old_gateway = gateway_container()
     old_image = built_images(fleet)
-    source = fleet.stack.project / "gateway" / "postprocess.py"
+    source = fleet.stack.project / "gateway" / "api" / "postprocess.py"
     source.write_text(source.read_text() + "\n# a change of the gateway's sources\n")
     steps = fleet.up("changed gateway source")
     touched = changed(steps)
