@@ -66,11 +66,17 @@ GATEWAY_SRC: dict[str, Path] = {}  # the snapshot of gateway/ that this run star
 
 
 def default_policy(src: Path | None = None) -> str:
-    """The gateway's own default (``DEFAULT_MODE`` in gateway/settings.py), else ``queue``."""
+    """The gateway's own default (``DEFAULT_MODE`` in gateway/config/settings.py), else
+    ``queue``."""
     root = src if src is not None else Path(__file__).resolve().parent.parent
-    try:
-        text = (root / "gateway" / "settings.py").read_text()
-    except OSError:
+    # gateway/config/settings.py; gateway/settings.py in a snapshot from before the layers
+    for path in (root / "gateway" / "config" / "settings.py", root / "gateway" / "settings.py"):
+        try:
+            text = path.read_text()
+            break
+        except OSError:
+            continue
+    else:
         return "queue"
     m = re.search(r'^DEFAULT_MODE\s*(?::\s*\w+\s*)?=\s*["\']([a-z_0-9]+)["\']', text, re.M)
     return m.group(1) if m else "queue"
@@ -587,9 +593,9 @@ def gateway_fingerprint(root: Path) -> dict:
     import hashlib
 
     h = hashlib.sha256()
-    files = sorted(root.glob("*.py"))
+    files = sorted(root.rglob("*.py"))  # every package of the gateway's layers
     for f in files:
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
     return {"sha256": h.hexdigest()[:16], "files": len(files)}
 
 

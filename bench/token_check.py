@@ -1,4 +1,4 @@
-"""CPU cost of the gateway's bearer-token check per request (gateway.access).
+"""CPU cost of the gateway's bearer-token check per request (gateway.access.control).
 
     python -m bench.token_check            # 1, 8 and 64 configured tokens
     python -m bench.token_check --tokens 200 --rounds 50000
@@ -16,8 +16,9 @@ import contextlib
 import hashlib
 import time
 
-from gateway.access.control import Access, AccessError
+from gateway.access.control import Access
 from gateway.config.settings import AuthSettings
+from gateway.errors import AccessError
 
 
 def measure(tokens: int, rounds: int) -> dict[str, float]:

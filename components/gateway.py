@@ -5,10 +5,10 @@ image, its slice keeper (`components.keeper`) unless the config key `keeper` is 
 A gateway that must be replaced (a new image, new arguments) is replaced without a gap: the new
 container is created first, beside the old one (its name carries a hash of what forced the
 replacement: `containers.generation_named`), takes over the old one's listening sockets
-through the handover path (gateway/listeners.py), gets its config, and serves (its serving file:
-`render.gateway_ready_command`); only then does Pulumi delete the old one (`docker stop` with
-`STOP_GRACE_S`: it finishes what it holds). The keeper is handed over the same way
-(components/keeper.py)."""
+through the handover path (gateway/server/listeners.py), gets its config, and serves (its
+serving file: `render.gateway_ready_command`); only then does Pulumi delete the old one
+(`docker stop` with `STOP_GRACE_S`: it finishes what it holds). The keeper is handed over the
+same way (components/keeper.py)."""
 
 from __future__ import annotations
 

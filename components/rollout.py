@@ -145,7 +145,7 @@ def gateway_call(
 ) -> str:
     """A shell command that calls the gateway's admin `action` through `docker exec` on the
     gateway's host, with the gateway's local admin token (`auth.local_token_file`, a root-only
-    file in the jobs folder the host's gateway containers mount: gateway/local_token.py); a
+    file in the jobs folder the host's gateway containers mount: gateway/access/local_token.py); a
     missing or stopped gateway is skipped with a note.
 
     The gateway's containers are found by their labels (role, `stack`: `project/stack`, host,

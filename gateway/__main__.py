@@ -5,7 +5,7 @@ The config path may also come from the ``GATEWAY_CONFIG`` environment variable. 
 a startup error (exit status 2) whose message names the key. ``--workers`` (or
 ``GATEWAY_WORKERS``) is the number of worker processes, by default one per core this process
 may run on; with one, the gateway is a single uvicorn process, with more a supervisor forks
-them and they share the per-upstream occupancy (:mod:`gateway.supervisor`). ``--handover``
+them and they share the per-upstream occupancy (:mod:`gateway.server.supervisor`). ``--handover``
 (or ``GATEWAY_HANDOVER``) is a unix socket path where a gateway replacing this one on the same
 port takes over its listening sockets, so the port never refuses a connection
 (:mod:`gateway.server.listeners`); ``--serving-file`` (or ``GATEWAY_SERVING_FILE``) is written

@@ -1,10 +1,10 @@
 """Everything one gateway instance owns: settings, pool, HTTP clients, probes, watcher, the
 token registry, the URL guard and the PDF workers.
 
-The upstream client is one :class:`gateway.upstream_http.UpstreamClient` with one keep-alive
+The upstream client is one :class:`gateway.wire.upstream_http.UpstreamClient` with one keep-alive
 pool per upstream origin (:func:`make_client`); the auxiliary client (httpx) serves health
 probes; URL fetches for callers use their own guarded client
-(:func:`gateway.urlguard.guarded_client`), which reaches no internal address that
+(:func:`gateway.wire.urlguard.guarded_client`), which reaches no internal address that
 ``input.url_allow`` does not open.
 
 ``Runtime.apply`` is the atomic swap used by hot reload: it runs synchronously on the event
@@ -12,9 +12,9 @@ loop, so requests see either the old or the new settings, never a mix. Requests 
 reference to ``runtime.settings`` and ``runtime.client`` when they start and finish on those;
 upstream state (in-flight counts, ejections, health) is kept for URLs present before and after.
 
-A ``seat`` makes this runtime one of several worker processes (:mod:`gateway.supervisor`): the
-pool's occupancy and the token quotas count every worker (:mod:`gateway.occupancy`), and
-``/metrics`` gathers every worker's series (:mod:`gateway.worker_metrics`).
+A ``seat`` makes this runtime one of several worker processes (:mod:`gateway.server.supervisor`):
+the pool's occupancy and the token quotas count every worker (:mod:`gateway.shared.occupancy`), and
+``/metrics`` gathers every worker's series (:mod:`gateway.observability.worker_metrics`).
 
 Usage::
 
@@ -64,7 +64,7 @@ def upstream_origins(settings: Settings) -> tuple[str, ...]:
 
 def make_client(settings: Settings) -> UpstreamClient:
     """The one shared upstream client: a keep-alive pool per upstream origin
-    (:mod:`gateway.upstream_http`), each at most ``http.pool_max_connections`` open and
+    (:mod:`gateway.wire.upstream_http`), each at most ``http.pool_max_connections`` open and
     ``http.pool_max_keepalive_connections`` idle, idle ones closed after
     ``http.pool_keepalive_s``; a slice keeper's origin may have a connection for every
     upstream behind it (one job slice each)."""

@@ -33,7 +33,7 @@ JOBS_DIR_IN_CONTAINER = "/var/lib/paddleocr-fleet/jobs"
 
 
 LOCAL_TOKEN_FILE = f"{JOBS_DIR_IN_CONTAINER}/admin.token"
-"""The gateway's local admin token (gateway/local_token.py): the stack's drains use it."""
+"""The gateway's local admin token (gateway/access/local_token.py): the stack's drains use it."""
 
 
 def gateway_ready_command(gateway: GatewayPlan, container: str) -> str:
@@ -146,7 +146,7 @@ def gateway_config_install_command(gateway: GatewayPlan, container: str) -> str:
 
 def gateway_handover_path(gateway: GatewayPlan) -> str:
     """The unix socket where a gateway hands its listening sockets to the one that replaces it
-    (gateway/listeners.py): in the jobs folder, a host folder every gateway container of the
+    (gateway/server/listeners.py): in the jobs folder, a host folder every gateway container of the
     stack on that host mounts."""
     return f"{JOBS_DIR_IN_CONTAINER}/handover/gateway-{gateway.port}.sock"
 

@@ -10,7 +10,7 @@ With no token configured the gateway is open (every caller is :data:`ANONYMOUS`)
 Quotas per token (optional): ``max_in_flight`` requests at once and ``rate_per_s`` (a token
 bucket holding one second's worth, at least 1); over either, 429 with ``Retry-After``. Each
 token has its own counters, so one token's flood slows no other token. With a ``seat`` (one of
-several worker processes, :mod:`gateway.occupancy`) the quotas count the token's requests in
+several worker processes, :mod:`gateway.shared.occupancy`) the quotas count the token's requests in
 every worker: its in-flight count is a sum over the workers' rows, its bucket is shared.
 
 Usage::
@@ -43,10 +43,10 @@ from fastapi import Request, Security
 from fastapi.security import HTTPBearer
 
 from gateway.access.local_token import LOCAL_PRINCIPAL, local_token_digest
-from gateway.api.errors import ANONYMOUS, request_context
 from gateway.config.settings import AuthSettings, TokenSpec
+from gateway.errors import AccessError
+from gateway.observability.context import ANONYMOUS, request_context
 from gateway.shared.occupancy import SlotsExhausted
-from gateway.upstream.attempts import GatewayError
 
 if TYPE_CHECKING:
     from gateway.observability.metrics import GatewayMetrics
@@ -75,10 +75,6 @@ class Principal:
     def tenant(self) -> str | None:
         """The key the central queue shares capacity by (None: the open gateway's one)."""
         return None if self.spec is None else self.name
-
-
-class AccessError(GatewayError):
-    """401, 403 or 429: the caller is not (or not now) allowed."""
 
 
 @dataclass

@@ -13,18 +13,19 @@ from fastapi.responses import JSONResponse, Response
 
 from gateway.access.control import admin_principal
 from gateway.api.common import RuntimeDep
+from gateway.api.routes import HEALTH, METRICS, READY, UPSTREAMS
 from gateway.api.schemas import HealthResponse, ReadyResponse, UpstreamsResponse, error_responses
 
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/health", summary="the gateway process lives", response_model=HealthResponse)
+@router.get(HEALTH.path, summary="the gateway process lives", response_model=HealthResponse)
 async def health() -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
 @router.get(
-    "/ready",
+    READY.path,
     summary="200 when at least one upstream can serve, else 503",
     response_model=ReadyResponse,
     responses={503: {"model": ReadyResponse, "description": "no upstream can serve"}},
@@ -38,7 +39,7 @@ async def ready(runtime: RuntimeDep) -> JSONResponse:
 
 
 @router.get(
-    "/upstreams",
+    UPSTREAMS.path,
     summary="each upstream's state and counters",
     response_model=UpstreamsResponse,
     responses=error_responses(401, 403),
@@ -49,7 +50,7 @@ async def upstreams(runtime: RuntimeDep) -> JSONResponse:
 
 
 @router.get(
-    "/metrics",
+    METRICS.path,
     summary="Prometheus text format",
     response_class=Response,
     responses={

@@ -18,7 +18,7 @@ from fastapi import Depends, Request
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
-from gateway.inputs.document import InputError
+from gateway.errors import InputError
 from gateway.runtime import Runtime
 from gateway.wire import jsonfast
 
@@ -62,7 +62,7 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 async def read_body(request: Request, cap: int) -> bytes:
     """Read the request body, refusing with 413 as soon as it exceeds ``cap`` bytes (the
-    time bound is :class:`gateway.connections.BodyDeadlineMiddleware`'s)."""
+    time bound is :class:`gateway.server.connections.BodyDeadlineMiddleware`'s)."""
     declared = request.headers.get("content-length")
     if declared and declared.isascii() and declared.isdigit() and int(declared) > cap:
         raise InputError(

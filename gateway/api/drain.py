@@ -5,8 +5,8 @@ A drain stops new work (requests and job slices) at once, then waits up to ``wai
 attempts already on those instances, over every worker, to finish, and answers with what is
 still in flight: ``drained`` true means nothing is. It holds for ``ttl_s`` at most (a rollout
 killed between drain and undrain does not leave an instance out for good), through config
-reloads, in every worker (:mod:`gateway.drain`). Both calls are idempotent; draining again sets
-a new deadline.
+reloads, in every worker (:mod:`gateway.dispatch.drain`). Both calls are idempotent; draining again
+sets a new deadline.
 
 Usage::
 
@@ -27,11 +27,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.access.control import admin_principal
 from gateway.api.common import RuntimeDep
+from gateway.api.routes import DRAIN, UNDRAIN
 from gateway.api.schemas import error_responses
 from gateway.dispatch.drain import DrainSelector, SelectionError, select_upstreams
 from gateway.dispatch.upstreams import Upstream
+from gateway.errors import GatewayError
 from gateway.runtime import Runtime
-from gateway.upstream.attempts import GatewayError
 
 router = APIRouter(tags=["operations"], dependencies=[Depends(admin_principal)])
 
@@ -121,7 +122,7 @@ def _describe(runtime: Runtime, upstreams: list[Upstream]) -> list[dict[str, Any
 
 
 @router.post(
-    "/admin/drain",
+    DRAIN.path,
     summary="stop giving upstreams new work; wait for their attempts in flight",
     response_model=DrainResponse,
     responses=error_responses(400, 401, 403, 404),
@@ -150,7 +151,7 @@ async def drain(body: DrainRequest, runtime: RuntimeDep) -> JSONResponse:
 
 
 @router.post(
-    "/admin/undrain",
+    UNDRAIN.path,
     summary="take drained upstreams back in",
     response_model=UndrainResponse,
     responses=error_responses(400, 401, 403, 404),

@@ -1,4 +1,4 @@
-"""The gateway's JSON error body, the request context, and the exception handlers.
+"""How the API answers an error: the JSON error body, its envelopes, the exception handlers.
 
 Every error the gateway answers is ``{"error": {"code", "message", ...}, "request_id"}``; on
 the PaddleX-native routes the body also carries the PaddleX envelope keys (``logId``,
@@ -10,17 +10,15 @@ Usage::
 
     return error_response(413, "too_large", "request body exceeds ...", request_id)
     install_exception_handlers(app)
-    context = request_context(request)      # request_id, token name (set by the middleware)
+
+The exceptions themselves are :mod:`gateway.errors`; the request id every body carries is the
+request context's (:mod:`gateway.observability.context`).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
-import secrets
-import time
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -28,54 +26,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway.inputs.document import InputError
-from gateway.upstream.attempts import GatewayError
+from gateway.api.routes import PADDLEX_ENVELOPE_PATHS
+from gateway.errors import GatewayError, InputError
+from gateway.observability.context import request_context
 
 log = logging.getLogger("gateway.errors")
 
-NATIVE_ROUTES = frozenset({"/layout-parsing", "/restructure-pages"})
 OFFICIAL_API_PREFIX = "/api/v2/"  # the job routes (gateway.jobs): {code, msg, data} envelope
-ANONYMOUS = "-"
-
-
-@dataclass
-class RequestContext:
-    """Per-request facts the middleware logs and counts; kept in ``scope["gateway.context"]``."""
-
-    request_id: str
-    token: str = ANONYMOUS
-    started: float = field(default_factory=time.perf_counter)
-
-
-def new_request_id(given: str | None) -> str:
-    """The caller's ``X-Request-ID`` when it is short and printable, else a fresh one."""
-    if given and len(given) <= 128 and given.isprintable() and given.isascii():
-        return given
-    return fresh_request_id()
-
-
-def fresh_request_id() -> str:
-    """32 hex digits, unique (not secret): this process's random prefix and a count."""
-    return f"{_ids.prefix}{next(_ids.count) & 0xFFFFFFFFFFFF:012x}"
-
-
-class _Ids:
-    def __init__(self) -> None:
-        self.prefix = secrets.token_hex(10)
-        self.count = itertools.count()
-
-
-_ids = _Ids()
-os.register_at_fork(after_in_child=_ids.__init__)  # each worker its own prefix
-
-
-def request_context(request: Request) -> RequestContext:
-    """The request's context (created here if no middleware made one)."""
-    context = request.scope.get("gateway.context")
-    if context is None:
-        context = RequestContext(new_request_id(request.headers.get("x-request-id")))
-        request.scope["gateway.context"] = context
-    return context
 
 
 def _jsonable(value: Any) -> Any:
@@ -164,7 +121,7 @@ def _envelopes(request: Request) -> dict[str, bool]:
     """The envelope keys an error on this path carries besides the gateway's own."""
     path = request.url.path
     return {
-        "paddlex_envelope": path in NATIVE_ROUTES,
+        "paddlex_envelope": path in PADDLEX_ENVELOPE_PATHS,
         "official_envelope": path.startswith(OFFICIAL_API_PREFIX),
     }
 

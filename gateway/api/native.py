@@ -3,9 +3,13 @@
 The body goes to one upstream and its envelope comes back unchanged (headers
 ``X-Gateway-Upstream``, ``X-Gateway-Attempts``), balanced and failed over like ``/ocr``, so any
 PaddleX client can point here. The document in a ``/layout-parsing`` body meets the same
-bounds as ``/ocr``'s (:mod:`gateway.inputs`); a ``file`` URL is fetched by the gateway through
-its URL guard and sent on as base64 (PaddleX would fetch it from inside the network). An
+bounds as ``/ocr``'s (:mod:`gateway.inputs.document`); a ``file`` URL is fetched by the gateway
+through its URL guard and sent on as base64 (PaddleX would fetch it from inside the network). An
 upstream 4xx comes back with its envelope plus the gateway's ``error`` and ``request_id``.
+
+Both are hot routes (:mod:`gateway.api.routes`): the hot path (:mod:`gateway.server.hot_path`)
+calls their handlers straight from the connection; FastAPI's routing never serves their
+``POST``, their declarations here describe them in ``/openapi.json``.
 
 Usage::
 
@@ -22,7 +26,8 @@ from fastapi.responses import JSONResponse, Response
 
 from gateway.access.control import BEARER_SECURITY, Principal, admitted
 from gateway.api.common import RawResponse, read_body, runtime_of
-from gateway.api.errors import error_body, error_response, gateway_error_response, request_context
+from gateway.api.errors import error_body, error_response, gateway_error_response
+from gateway.api.routes import LAYOUT_PARSING, RESTRUCTURE_PAGES
 from gateway.api.schemas import (
     LayoutParsingRequest,
     PaddlexEnvelope,
@@ -31,10 +36,11 @@ from gateway.api.schemas import (
     request_body,
 )
 from gateway.config.settings import Settings
-from gateway.inputs.document import InputError, plain_base64_image
+from gateway.errors import GatewayError, InputError, UpstreamClientError
+from gateway.inputs.document import plain_base64_image
 from gateway.inputs.sources import decode_base64, fetch_url
+from gateway.observability.context import request_context
 from gateway.runtime import Runtime
-from gateway.upstream.attempts import GatewayError, UpstreamClientError
 from gateway.wire import jsonfast
 
 router = APIRouter(tags=["PaddleX-native"])
@@ -140,7 +146,7 @@ async def _passthrough(
 
 
 @router.post(
-    "/layout-parsing",
+    LAYOUT_PARSING.path,  # served by the hot path (gateway.api.routes)
     summary="PaddleX /layout-parsing, balanced over the upstreams",
     response_model=PaddlexEnvelope,
     responses=_ERRORS,
@@ -153,7 +159,7 @@ async def layout_parsing(request: Request) -> Response:
 
 
 @router.post(
-    "/restructure-pages",
+    RESTRUCTURE_PAGES.path,  # served by the hot path (gateway.api.routes)
     summary="PaddleX /restructure-pages, balanced over the upstreams",
     response_model=PaddlexEnvelope,
     responses=_ERRORS,

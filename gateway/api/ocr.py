@@ -1,10 +1,14 @@
 """``POST /ocr`` and ``POST /ocr-file``: one document in, its markdown out.
 
 Both take a user or admin bearer token (when tokens are configured), read the document (JSON
-sources or a multipart upload), check it (:mod:`gateway.inputs`) and run both PaddleX steps
-on one upstream with failover (:meth:`gateway.proxy.Proxy.ocr`); a PDF longer than
+sources or a multipart upload), check it (:mod:`gateway.inputs.document`) and run both PaddleX steps
+on one upstream with failover (:meth:`gateway.upstream.proxy.Proxy.ocr`); a PDF longer than
 ``fanout.threshold_pages`` is parsed in page slices on several upstreams at once
-(:mod:`gateway.fanout`).
+(:mod:`gateway.upstream.fanout`).
+
+Both are hot routes (:mod:`gateway.api.routes`): the hot path (:mod:`gateway.server.hot_path`)
+calls :func:`ocr` and :func:`ocr_file` straight from the connection; FastAPI's routing never
+serves their ``POST``, their declarations here describe them in ``/openapi.json``.
 
 Usage::
 
@@ -24,14 +28,16 @@ from starlette.datastructures import UploadFile
 
 from gateway.access.control import BEARER_SECURITY, Principal, admitted
 from gateway.api.common import json_answer, read_body, runtime_of
-from gateway.api.errors import error_response, gateway_error_response, request_context
+from gateway.api.errors import error_response, gateway_error_response
 from gateway.api.postprocess import postprocess
+from gateway.api.routes import OCR, OCR_FILE
 from gateway.api.schemas import OcrRequest, OcrResponse, error_responses, request_body
 from gateway.config.settings import Settings
-from gateway.inputs.document import Document, InputError, plain_base64_image
+from gateway.errors import GatewayError, InputError, UpstreamClientError
+from gateway.inputs.document import Document, plain_base64_image
 from gateway.inputs.sources import SOURCE_FIELDS, resolve_input
+from gateway.observability.context import request_context
 from gateway.runtime import Runtime
-from gateway.upstream.attempts import GatewayError, UpstreamClientError
 from gateway.upstream.fanout import ocr_pdf_fanned_out, should_fan_out
 from gateway.wire import jsonfast
 from gateway.wire.jsonfast import RawString
@@ -125,7 +131,7 @@ def parse_json_object(
     body: bytes, lift: str | None = None
 ) -> tuple[dict[str, Any], RawString | None]:
     """The body as a JSON object, or InputError 400; with ``lift``, that key's large string
-    left unparsed and given apart (:func:`gateway.jsonfast.loads_lifting`)."""
+    left unparsed and given apart (:func:`gateway.wire.jsonfast.loads_lifting`)."""
     try:
         payload, raw = jsonfast.loads_lifting(body, lift) if lift else (jsonfast.loads(body), None)
     except ValueError as exc:
@@ -159,7 +165,7 @@ async def _json_document(
 
 def _lifted_image(body: bytes, settings: Settings) -> tuple[dict[str, Any], Document | None]:
     """The body as a JSON object and, when its ``base64`` is a large plain base64 image, that
-    image, read without parsing it into a ``str`` (:func:`gateway.jsonfast.loads_lifting`);
+    image, read without parsing it into a ``str`` (:func:`gateway.wire.jsonfast.loads_lifting`);
     anything else is parsed whole and left to :func:`resolve_input`."""
     payload, raw = parse_json_object(body, lift="base64")
     if raw is None:
@@ -192,7 +198,7 @@ async def _uploaded_document(
 
 
 @router.post(
-    "/ocr",
+    OCR.path,  # served by the hot path (gateway.api.routes)
     summary="OCR one document given as base64, a data URL, a URL or a local path",
     response_model=OcrResponse,
     responses=_ERRORS,
@@ -205,7 +211,7 @@ async def ocr(request: Request) -> Response:
 
 
 @router.post(
-    "/ocr-file",
+    OCR_FILE.path,  # served by the hot path (gateway.api.routes)
     summary="OCR one uploaded document (multipart field 'file')",
     response_model=OcrResponse,
     responses=_ERRORS,

@@ -93,7 +93,7 @@ class LoadBalanceSettings(_Section):
 
 
 class HttpSettings(_Section):
-    """The shared upstream client (:mod:`gateway.upstream_http`) and the per-request time
+    """The shared upstream client (:mod:`gateway.wire.upstream_http`) and the per-request time
     limits."""
 
     timeout_s: float = Field(300.0, gt=0)  # per attempt (both PaddleX calls of one document)
@@ -158,7 +158,7 @@ class InputSettings(_Section):
     url_max_bytes: int = Field(50 * 1024 * 1024, ge=1)
     url_max_redirects: int = Field(5, ge=0)
     # destinations that url fetches may reach although they are loopback/private/...:
-    # host names, addresses or networks, each optionally with a port (gateway.urlguard)
+    # host names, addresses or networks, each optionally with a port (gateway.wire.urlguard)
     url_allow: list[str] = Field(default_factory=list)
     # PIL's decompression-bomb limit: an A4 page scanned at 1200 dpi (139 MP) fits
     max_image_pixels: int = Field(178_956_970, ge=1)
@@ -204,13 +204,13 @@ class TokenSpec(_Section):
 
 
 class AuthSettings(_Section):
-    """Bearer tokens (gateway.access). No token configured: the gateway is open."""
+    """Bearer tokens (gateway.access.control). No token configured: the gateway is open."""
 
     tokens: list[TokenSpec] = Field(default_factory=list)  # document routes
     admin_tokens: list[TokenSpec] = Field(default_factory=list)  # also /upstreams, /metrics
     local_token_file: str | None = None
     """A root-only file in the gateway's container holding a token of its own, accepted as an
-    admin token (gateway.local_token): the stack drains through `docker exec` with it."""
+    admin token (gateway.access.local_token): the stack drains through `docker exec` with it."""
 
     @model_validator(mode="after")
     def _unique(self) -> AuthSettings:
@@ -232,7 +232,7 @@ class AuthSettings(_Section):
 
 
 class ServerSettings(_Section):
-    """Connection bounds against slow and greedy clients (gateway.connections)."""
+    """Connection bounds against slow and greedy clients (gateway.server.connections)."""
 
     header_timeout_s: float = Field(10.0, gt=0)  # request line and headers, from first byte
     body_timeout_s: float = Field(60.0, gt=0)  # the whole body, from the end of the headers
@@ -249,8 +249,8 @@ class ReloadSettings(_Section):
 
 
 class FanoutSettings(_Section):
-    """Page slices of long PDFs over several instances (:mod:`gateway.fanout`), for jobs and,
-    with ``sync``, for ``/ocr`` and ``/ocr-file``."""
+    """Page slices of long PDFs over several instances (:mod:`gateway.upstream.fanout`), for jobs
+    and, with ``sync``, for ``/ocr`` and ``/ocr-file``."""
 
     threshold_pages: int = Field(8, ge=1)  # PDFs of more pages than this are split
     max_slice_pages: int = Field(16, ge=1)  # slice size adapts to free capacity, up to this

@@ -19,8 +19,8 @@ Usage::
     )
     queue.dispatch(free_upstreams, limit=4, choose=pick_one, lease=make_lease)  # on release
 
-With several worker processes (:mod:`gateway.handoff`) the pool also reads :meth:`head` (the
-waiter served next, to publish it), passes ``count`` (in-flight over all workers) and ``gate``
+With several worker processes (:mod:`gateway.dispatch.handoff`) the pool also reads :meth:`head`
+(the waiter served next, to publish it), passes ``count`` (in-flight over all workers) and ``gate``
 (may this waiter be served, or does an older one of another worker come first) to
 :meth:`dispatch`, and ``enqueued`` (run dispatch once the waiter is visible) to :meth:`wait`;
 ``on_change`` is called when waiters come or go.
@@ -34,23 +34,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.dispatch.upstreams import Lease, PoolError, Upstream
+from gateway.dispatch.upstreams import Lease, Upstream
+from gateway.errors import QueueFull, QueueTimeout
 from gateway.observability.metrics import GatewayMetrics
 
 # the order waiters are served in, across workers too (lower first; 0: nobody waits)
 RETRY, INTERACTIVE, BACKGROUND = 1, 2, 3
-
-
-class QueueFull(PoolError):
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class QueueTimeout(PoolError):
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 @dataclass(eq=False)

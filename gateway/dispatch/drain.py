@@ -1,14 +1,14 @@
 """Drained upstreams: taken out of dispatch on purpose, for a bounded time.
 
 A rollout drains a card's PaddleX instances before their containers are replaced
-(``POST /admin/drain``, :mod:`gateway.routers.drain`): a drained upstream gets no new request
+(``POST /admin/drain``, :mod:`gateway.api.drain`): a drained upstream gets no new request
 and no new job slice, while the attempts already on it finish. Every drain has a deadline
 (``ttl_s``), so a rollout killed between drain and undrain never leaves an instance out of
 service for good.
 
-The deadlines live outside the pool's :class:`~gateway.upstream.Upstream` objects, keyed by URL,
-so a config reload keeps them: in this process (:class:`LocalDrains`), or with several worker
-processes on the shared board (:class:`SharedDrains`, keyed by the upstream's slot, which is
+The deadlines live outside the pool's :class:`~gateway.dispatch.upstreams.Upstream` objects, keyed
+by URL, so a config reload keeps them: in this process (:class:`LocalDrains`), or with several
+worker processes on the shared board (:class:`SharedDrains`, keyed by the upstream's slot, which is
 chosen by URL), so every worker sees a drain made through any of them. The pool reads them
 through the same two calls either way.
 
@@ -51,7 +51,7 @@ class LocalDrains:
 
 
 class SharedDrains:
-    """Drain deadlines on the workers' board (:mod:`gateway.occupancy`), by upstream slot."""
+    """Drain deadlines on the workers' board (:mod:`gateway.shared.occupancy`), by upstream slot."""
 
     def __init__(self, seat: Seat) -> None:
         self._seat = seat

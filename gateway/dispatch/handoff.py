@@ -1,8 +1,8 @@
 """Cross-worker dispatch: a free upstream goes to the oldest waiter of any worker.
 
-Each worker's :class:`~gateway.pool.UpstreamPool` keeps its own central queue; the
-:class:`~gateway.occupancy.Board` holds what the workers share. :class:`Handoff` is the pool's
-cross-worker half:
+Each worker's :class:`~gateway.dispatch.pool.UpstreamPool` keeps its own central queue; the
+:class:`~gateway.shared.occupancy.Board` holds what the workers share. :class:`Handoff` is the
+pool's cross-worker half:
 
 - An upstream is free when its attempts in flight *over all workers* are below
   ``load_balance.upstream_concurrency``; the check and the lease happen under the board's

@@ -3,9 +3,9 @@
 A probe succeeds on HTTP 200 (PaddleX answers ``{"errorCode": 0, "errorMsg": "Healthy"}``);
 anything else, a connect error or a timeout is a failure. The pool applies the
 ``health.unhealthy_threshold`` / ``health.healthy_threshold`` hysteresis and decides when an
-upstream is stuck (:mod:`gateway.outlier`). Each upstream is probed on its own schedule, every
-``health.interval_s`` after its previous probe ended; a probe that times out while the upstream
-has attempts in flight is repeated at once, so a hung instance is found within about
+upstream is stuck (:mod:`gateway.dispatch.outlier`). Each upstream is probed on its own schedule,
+every ``health.interval_s`` after its previous probe ended; a probe that times out while the
+upstream has attempts in flight is repeated at once, so a hung instance is found within about
 ``interval_s + stuck_after_timeouts x timeout_s``. The checker reads the current settings and
 upstream list on every tick, so reloads need no restart.
 
@@ -54,7 +54,7 @@ class HealthChecker:
         """Probe one upstream and record the result in the pool.
 
         Returns True when the pool asks for another probe at once (a timeout while attempts
-        are in flight: the upstream may be stuck, see :mod:`gateway.outlier`).
+        are in flight: the upstream may be stuck, see :mod:`gateway.dispatch.outlier`).
         """
         cfg = self._pool.settings.health
         url = upstream.url + cfg.path

@@ -1,8 +1,8 @@
 """Upstream health decisions of the pool: passive ejection, active probes, dead and stuck
 upstreams.
 
-:class:`PoolHealth` is the health half of :class:`gateway.pool.UpstreamPool` (which inherits
-it); it only changes upstream state and never does I/O. Three ways out of dispatch:
+:class:`PoolHealth` is the health half of :class:`gateway.dispatch.pool.UpstreamPool` (which
+inherits it); it only changes upstream state and never does I/O. Three ways out of dispatch:
 
 - **Ejection** (passive): ``outlier.consecutive_failures`` failed attempts in a row eject an
   upstream for ``base_ejection_s`` x its ejection level, capped at ``max_ejection_s``; at most
@@ -19,8 +19,8 @@ it); it only changes upstream state and never does I/O. Three ways out of dispat
   cancelled (:meth:`PoolHealth.rescue`) so that their requests go elsewhere.
 
 In every case the panic threshold still applies: below ``panic_threshold_percent`` healthy
-upstreams the pool ignores health (see :meth:`gateway.pool.UpstreamPool.eligible`), except for
-upstreams known to be unreachable (``Upstream.unreachable``: their port refused the last
+upstreams the pool ignores health (see :meth:`gateway.dispatch.pool.UpstreamPool.eligible`), except
+for upstreams known to be unreachable (``Upstream.unreachable``: their port refused the last
 connect, of an attempt or a probe): a refused connect is a fact, not a probe's opinion, and
 sending requests there only turns them into errors. With none left, requests wait.
 

@@ -1,18 +1,18 @@
 """Upstream pool: the upstreams, balancing, leases, panic, retry budget (health decisions in
-:mod:`gateway.outlier`).
+:mod:`gateway.dispatch.outlier`).
 
 Pure asyncio state, no HTTP: the proxy asks for a :class:`Lease` on an upstream, does its I/O,
-and releases the lease with an outcome (see :mod:`gateway.upstream` for the outcomes and what
-counts towards ejection). In ``queue`` mode requests wait for a free upstream in the
-:class:`~gateway.central_queue.CentralQueue`, and among free upstreams the one with the lowest
-recent service time wins (a median of its last successful attempts, in classes a factor of 2
+and releases the lease with an outcome (see :mod:`gateway.dispatch.upstreams` for the outcomes and
+what counts towards ejection). In ``queue`` mode requests wait for a free upstream in the
+:class:`~gateway.dispatch.central_queue.CentralQueue`, and among free upstreams the one with the
+lowest recent service time wins (a median of its last successful attempts, in classes a factor of 2
 wide), then the topology tie-break. All methods run on the event loop thread; the synchronous
 ones are atomic with respect to other coroutines.
 
-With a ``seat`` (one of several worker processes, :mod:`gateway.occupancy`) the in-flight counts
-that the concurrency limit and the load keys read are those of all workers, a free upstream
-goes to the oldest waiter of any worker (:mod:`gateway.handoff`), and drains
-(:mod:`gateway.drain`) hold in every worker; health, ejection, service times and the retry
+With a ``seat`` (one of several worker processes, :mod:`gateway.shared.occupancy`) the in-flight
+counts that the concurrency limit and the load keys read are those of all workers, a free upstream
+goes to the oldest waiter of any worker (:mod:`gateway.dispatch.handoff`), and drains
+(:mod:`gateway.dispatch.drain`) hold in every worker; health, ejection, service times and the retry
 budget stay this worker's own. Without one nothing is shared.
 
 No capacity is a wait, not an error: when no upstream can take a request (all drained, all
@@ -47,24 +47,14 @@ from gateway.dispatch.drain import DrainTable, LocalDrains, SharedDrains
 from gateway.dispatch.handoff import Handoff
 from gateway.dispatch.outlier import PoolHealth
 from gateway.dispatch.policies import Policy, make_policy
-from gateway.dispatch.upstreams import (
-    FAILURE_OUTCOMES,
-    GOOD_OUTCOMES,
-    OUTCOMES,
-    Lease,
-    PoolError,
-    Upstream,
-)
+from gateway.dispatch.upstreams import FAILURE_OUTCOMES, GOOD_OUTCOMES, OUTCOMES, Lease, Upstream
+from gateway.errors import NoUpstreamAvailable
 from gateway.observability.metrics import GatewayMetrics
 from gateway.shared.occupancy import Seat, SlotsExhausted
 
 log = logging.getLogger("gateway.pool")
 
 _OPTIMISTIC_TRIES = 3  # choices made outside the board's lock before a request queues
-
-
-class NoUpstreamAvailable(PoolError):
-    """Nothing left to try (none configured, or all already tried by this request)."""
 
 
 _HALF_CLASS_UP = math.sqrt(2)  # a service time within half a class of the average is class 0
@@ -83,7 +73,7 @@ class UpstreamPool(PoolHealth):
     """All upstreams of one gateway, the balancing policy and the central queue.
 
     The health half (ejection, probes, dead and stuck upstreams) is
-    :class:`gateway.outlier.PoolHealth`.
+    :class:`gateway.dispatch.outlier.PoolHealth`.
     """
 
     def __init__(
@@ -513,7 +503,8 @@ class UpstreamPool(PoolHealth):
                 self.handoff.wake_others(free)
 
     def _publish(self) -> None:
-        """Tell the other workers which waiter this one serves next (see gateway.handoff)."""
+        """Tell the other workers which waiter this one serves next (see
+        gateway.dispatch.handoff)."""
         assert self.handoff is not None
         waiter = self.queue.head()
         waiting, background = len(self.queue), self.queue.background_waiting

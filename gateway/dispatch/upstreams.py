@@ -8,8 +8,8 @@ ejection; ``reset``, ``truncated`` and ``cancelled`` are neutral; ``success`` an
 ``client_error`` (the instance answered sensibly) reset the failure streak.
 
 A ``connect_error`` also takes the upstream out of dispatch at once (see
-:meth:`gateway.pool.UpstreamPool.mark_down`), and an attempt cancelled because its upstream was
-found stuck (``Lease.rescued``) ends as ``timeout``; after either, the next attempt of that
+:meth:`gateway.dispatch.pool.UpstreamPool.mark_down`), and an attempt cancelled because its upstream
+was found stuck (``Lease.rescued``) ends as ``timeout``; after either, the next attempt of that
 request is free of the retry budget (``Lease.free_retry``).
 
 Usage::
@@ -45,12 +45,6 @@ GOOD_OUTCOMES = frozenset({"success", "client_error"})
 SERVICE_SAMPLES = 16  # successful attempts behind an upstream's service-time estimate
 
 
-class PoolError(Exception):
-    """No upstream could be leased."""
-
-    retry_after: int | None = None
-
-
 @dataclass(eq=False)
 class Upstream:
     """Mutable state of one upstream; kept across reloads while its URL stays configured."""
@@ -78,7 +72,7 @@ class Upstream:
     service_s: float | None = None  # median of ``service_samples``; None until one success
     service_at: float = 0.0  # clock of the last service sample
     leases: set[Lease] = field(default_factory=set)  # attempts in flight here
-    slot: int = -1  # its column in the workers' shared occupancy table (gateway.occupancy)
+    slot: int = -1  # its column in the workers' shared occupancy table (gateway.shared.occupancy)
     # the keys of its vLLM, card and host (None: not named), and those named; set with ``spec``
     place_keys: tuple[Hashable | None, Hashable | None, Hashable | None] = (None, None, None)
     places: tuple[Hashable, ...] = ()

@@ -2,8 +2,8 @@
 
 The type comes from the bytes (PDF, PNG, JPEG, BMP, TIFF, WebP). An image's dimensions are
 read from its header (no decoding); over ``input.max_image_pixels`` it is a 413 naming the
-limit. A PDF is read as PaddleX reads it, with PDFium (:mod:`gateway.pdf`), in a killable
-worker process (:mod:`gateway.workers`): over ``input.max_pages`` pages, or with a page that
+limit. A PDF is read as PaddleX reads it, with PDFium (:mod:`gateway.inputs.pdf`), in a killable
+worker process (:mod:`gateway.inputs.workers`): over ``input.max_pages`` pages, or with a page that
 would render (at PaddleX's 144 dpi) to more than ``input.max_image_pixels``, it is a 413; a PDF
 PDFium cannot open, one of whose pages it cannot find, or whose reading takes longer than
 ``input.pdf_timeout_s`` is a 422. The same workers cut the fan-out's page slices
@@ -28,6 +28,7 @@ from typing import Any
 import pybase64
 
 from gateway.config.settings import InputSettings
+from gateway.errors import InputError
 from gateway.inputs.decodable import jpeg_damage, png_damage
 from gateway.inputs.pdf import inspect_pdf, is_pdf
 from gateway.inputs.workers import ProcessWorkers, WorkerCrashed, WorkerTimeout
@@ -41,20 +42,10 @@ _MAX_TIFF_ENTRIES = 100_000
 _DAMAGE = {"image/png": png_damage, "image/jpeg": jpeg_damage}
 
 
-class InputError(Exception):
-    """A problem with what the caller sent; carries the HTTP status to answer with."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-
-
 class Document:
     """A validated document ready to send to PaddleX: its bytes, or the caller's plain base64
     of them (:func:`plain_base64_image`: a ``str``, or the body's own bytes when
-    :func:`gateway.jsonfast.loads_lifting` left them unparsed), each derived from the other
+    :func:`gateway.wire.jsonfast.loads_lifting` left them unparsed), each derived from the other
     only when asked for."""
 
     __slots__ = ("_data", "_encoded", "kind", "mime", "pages")
@@ -95,7 +86,7 @@ class Document:
 
     def b64_wire(self) -> str | RawString:
         """:meth:`b64` for a JSON body: the caller's own bytes when it sent them so
-        (:func:`gateway.jsonfast.dumps_parts` writes them as they are)."""
+        (:func:`gateway.wire.jsonfast.dumps_parts` writes them as they are)."""
         if self._encoded is None:
             self._encoded = pybase64.b64encode_as_string(self.data)
         return self._encoded
@@ -306,7 +297,7 @@ def image_size(data: bytes, mime: str) -> tuple[int, int]:
 
 def check_image(data: bytes, mime: str, limits: InputSettings) -> None:
     """InputError 422 for an unreadable header, a zero side or damage that PaddleX's decoder
-    refuses (:mod:`gateway.decodable`), 413 over the pixel cap."""
+    refuses (:mod:`gateway.inputs.decodable`), 413 over the pixel cap."""
     for width, height in image_sizes(data, mime, limits.max_pages):
         if width <= 0 or height <= 0:
             raise _unreadable(mime.split("/")[1].upper(), f"it claims {width} x {height} pixels")
@@ -388,7 +379,7 @@ class DocumentInspector:
 
     async def cut(self, data: bytes, slices: list[list[int]], limits: InputSettings) -> list[bytes]:
         """One PDF per list of ``slices`` (0-based pages) of an inspected PDF, cut by PDFium
-        in a worker (:func:`gateway.pdf.cut_slices`); RuntimeError when that fails or takes
+        in a worker (:func:`gateway.inputs.pdf.cut_slices`); RuntimeError when that fails or takes
         longer than ``input.pdf_timeout_s``."""
         self.workers.size = limits.pdf_workers
         try:

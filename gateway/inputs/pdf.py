@@ -11,7 +11,7 @@ shared ``/Pages`` nodes, so a tree that lists a node many times costs little to 
 counts as PaddleX would render it.
 
 PDFium is a C library and not thread-safe: these functions run in the worker processes of
-:class:`gateway.workers.ProcessWorkers` (one document at a time per process; a crash or a
+:class:`gateway.inputs.workers.ProcessWorkers` (one document at a time per process; a crash or a
 run past ``input.pdf_timeout_s`` kills only that process). :func:`work` is their entry. Used
 in-process (tests, tools, several threads), every call holds :data:`PDFIUM_LOCK`.
 

@@ -1,9 +1,9 @@
 """Where a caller's document comes from: base64, a data URL, a local path or a URL fetch.
 
-Everything here raises :class:`~gateway.inputs.InputError` (an HTTP status, a machine code and
-a message that says what is wrong); the app turns it into the JSON error body. What a document
-is and the bounds it must meet live in :mod:`gateway.inputs`; URL fetches go through
-:mod:`gateway.urlguard` (no loopback, private, link-local ... destinations, every redirect hop
+Everything here raises :class:`~gateway.errors.InputError` (an HTTP status, a machine code
+and a message that says what is wrong); the app turns it into the JSON error body. What a document
+is and the bounds it must meet live in :mod:`gateway.inputs.document`; URL fetches go through
+:mod:`gateway.wire.urlguard` (no loopback, private, link-local ... destinations, every redirect hop
 checked, nothing fetched echoed back in an error).
 
 Usage::
@@ -26,10 +26,10 @@ import httpx
 import pybase64
 
 from gateway.config.settings import InputSettings
+from gateway.errors import InputError
 from gateway.inputs.document import (
     Document,
     DocumentInspector,
-    InputError,
     make_document,
     plain_base64_image,
     sniff_type,
@@ -57,8 +57,8 @@ __all__ = [
 
 
 async def make_document_async(data: bytes, limits: InputSettings | None = None) -> Document:
-    """:func:`~gateway.inputs.make_document` in a worker thread (PDFium is CPU-bound); the
-    gateway itself uses :class:`~gateway.inputs.DocumentInspector` (killable processes)."""
+    """:func:`~gateway.inputs.document.make_document` in a worker thread (PDFium is CPU-bound); the
+    gateway itself uses :class:`~gateway.inputs.document.DocumentInspector` (killable processes)."""
     if sniff_type(data) == ("pdf", "application/pdf"):
         return await asyncio.to_thread(make_document, data, limits)
     return make_document(data, limits)
@@ -150,7 +150,7 @@ async def fetch_url(
     """Download ``url`` through the guard: http/https only, every hop checked (at most
     ``url_max_redirects``), ``url_timeout_s`` for the whole fetch, ``url_max_bytes``.
 
-    ``client`` should be a :func:`gateway.urlguard.guarded_client`, whose connections are
+    ``client`` should be a :func:`gateway.wire.urlguard.guarded_client`, whose connections are
     checked after resolving; ``guard`` checks each URL's form and literal address first.
     """
     if not settings.url_fetch_enabled:

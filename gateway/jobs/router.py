@@ -26,10 +26,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, Response
 from starlette.datastructures import UploadFile
 
-from gateway.access.control import AccessError, Principal
+from gateway.access.control import Principal
 from gateway.api.common import read_body, runtime_of
-from gateway.api.errors import request_context
-from gateway.inputs.document import Document, InputError
+from gateway.errors import AccessError, InputError
+from gateway.inputs.document import Document
 from gateway.inputs.sources import SOURCE_FIELDS, resolve_input
 from gateway.jobs.backend import RETRY_AFTER_S, JobBackend, StoreUnavailable
 from gateway.jobs.protocol import (
@@ -51,6 +51,7 @@ from gateway.jobs.schemas import (
     submission_body,
 )
 from gateway.jobs.store import Job
+from gateway.observability.context import request_context
 from gateway.runtime import Runtime
 
 router = APIRouter(tags=["jobs (official PaddleOCR API)"])

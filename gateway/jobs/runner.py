@@ -4,8 +4,8 @@ Each gateway process runs one :class:`JobRunner` over the shared job store
 (:mod:`gateway.jobs.backend`). It leases slices (fair among tenants: the tenant with the
 fewest slices running goes first) for the upstream slots free now, less a reserve for
 interactive requests (:meth:`JobRunner.room`), and sends each as one ``/layout-parsing``
-through :meth:`gateway.proxy.Proxy.run` with ``background=True``: interactive requests go
-first, and a failed attempt fails over to another instance. A slice that fails on
+through :meth:`gateway.upstream.proxy.Proxy.run` with ``background=True``: interactive
+requests go first, and a failed attempt fails over to another instance. A slice that fails on
 ``jobs.slice_attempts`` rounds is split into single pages; a page that fails on every
 instance fails the job, naming the page. When every slice is done one process assembles the
 pages in order, sends one
@@ -47,12 +47,12 @@ from typing import TYPE_CHECKING, Any
 import pybase64
 
 from gateway.dispatch.upstreams import Upstream
+from gateway.errors import GatewayError, UpstreamClientError, UpstreamFailure
 from gateway.jobs.backend import JobBackend, StoreUnavailable
 from gateway.jobs.fairness import SliceSize
 from gateway.jobs.protocol import job_data
 from gateway.jobs.store import Job, SliceClaim
 from gateway.keeper.client import find_slice, slice_key
-from gateway.upstream.attempts import GatewayError, UpstreamClientError, UpstreamFailure
 from gateway.upstream.fanout import (
     Work,
     free_capacity,
@@ -297,7 +297,7 @@ class JobRunner:
 
     async def _slice_files(self, claims: list[SliceClaim]) -> list[str]:
         """The base64 of each slice's document (its pages cut from the input PDF by PDFium in
-        a worker process, :meth:`gateway.inputs.DocumentInspector.cut`), for slices of one
+        a worker process, :meth:`gateway.inputs.document.DocumentInspector.cut`), for slices of one
         job."""
         job = claims[0].job
         data = await self.store.read_input(job.id)

@@ -1,6 +1,6 @@
 """The gateway's logging: one format for every process, and an access log written in batches.
 
-The access log (``gateway.access``, one line per request, :mod:`gateway.middleware`) goes to
+The access log (``gateway.access``, one line per request, :mod:`gateway.server.middleware`) goes to
 standard error through a :class:`BatchedStreamHandler`: the lines of the last
 :data:`FLUSH_S` are written together in one ``write``, not one system call (and one pipe
 wake-up of the container runtime) per request. A normal exit and the app's shutdown flush them;

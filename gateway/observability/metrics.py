@@ -12,7 +12,7 @@ Names follow Prometheus conventions and Envoy's upstream stats:
   runs, for joins in PromQL: ``... * on (upstream) group_left (host, card) gateway_upstream_info``)
 - ``gateway_upstream_healthy{upstream}`` (1 healthy, 0 unhealthy, ejected or drained),
   ``gateway_upstream_ejected{upstream}``, ``gateway_upstream_ejections_total{upstream}``,
-  ``gateway_upstream_drained{upstream}`` (1 drained or draining, :mod:`gateway.drain`)
+  ``gateway_upstream_drained{upstream}`` (1 drained or draining, :mod:`gateway.dispatch.drain`)
 - ``gateway_health_checks_total{upstream,result}``
 - ``gateway_queue_depth``, ``gateway_queue_wait_seconds``, ``gateway_queue_rejected_total{reason}``
 - ``gateway_retries_total``, ``gateway_retry_overflow_total``, ``gateway_lb_panic``

@@ -1,10 +1,10 @@
 """``/metrics`` of a gateway with several worker processes: every worker's series, labelled.
 
-Each worker keeps its own registry (:class:`gateway.metrics.GatewayMetrics`). The worker that
-answers a scrape asks the others for a fresh exposition (a request number on the board and a
-wake-up, :mod:`gateway.occupancy`), renders its own meanwhile, waits up to :data:`WAIT_S` for
-theirs (files in the supervisor's run directory) and returns them all in one exposition, each
-sample with a ``worker`` label (``"0"`` .. ``"N-1"``). Sum them in PromQL with
+Each worker keeps its own registry (:class:`gateway.observability.metrics.GatewayMetrics`). The
+worker that answers a scrape asks the others for a fresh exposition (a request number on the board
+and a wake-up, :mod:`gateway.shared.occupancy`), renders its own meanwhile, waits up to
+:data:`WAIT_S` for theirs (files in the supervisor's run directory) and returns them all in one
+exposition, each sample with a ``worker`` label (``"0"`` .. ``"N-1"``). Sum them in PromQL with
 ``sum without (worker) (...)``. A restarted worker starts its counters at zero, which
 Prometheus reads as a counter reset of that worker's series. A worker that does not answer in
 time contributes its previous exposition, if any.

@@ -1,14 +1,16 @@
 """FastAPI application factory: the routers over one :class:`gateway.runtime.Runtime`.
 
-Routes (:mod:`gateway.routers`): ``POST /ocr``, ``POST /ocr-file``, ``POST /layout-parsing``,
-``POST /restructure-pages`` (a user or admin bearer token when tokens are configured),
-``GET /health``, ``GET /ready`` (open), ``GET /upstreams``, ``GET /metrics``,
-``POST /admin/drain``, ``POST /admin/undrain`` (an admin token, :mod:`gateway.routers.drain`),
-the status page under ``/status`` (an admin session, :mod:`gateway.status`),
-and the official PaddleOCR API job routes under ``/api/v2/ocr/`` (:mod:`gateway.jobs`).
-Errors are ``{"error": {"code", "message", ...}, "request_id"}`` with a 4xx/5xx status
-(:mod:`gateway.errors`); ``/docs`` and ``/openapi.json`` describe every route's request and
-response (:mod:`gateway.schemas`).
+Routes (:mod:`gateway.api`, every path in the route table :mod:`gateway.api.routes`): ``POST /ocr``,
+``POST /ocr-file``, ``POST /layout-parsing``, ``POST /restructure-pages`` (a user or admin bearer
+token when tokens are configured), ``GET /health``, ``GET /ready`` (open), ``GET /upstreams``, ``GET
+/metrics``, ``POST /admin/drain``, ``POST /admin/undrain`` (an admin token,
+:mod:`gateway.api.drain`), the status page under ``/status`` (an admin session,
+:mod:`gateway.status`), and the official PaddleOCR API job routes under ``/api/v2/ocr/``
+(:mod:`gateway.jobs`). Errors are ``{"error": {"code", "message", ...}, "request_id"}`` with a
+4xx/5xx status (:mod:`gateway.api.errors`); ``/docs`` and ``/openapi.json`` describe every route's
+request and response (:mod:`gateway.api.schemas`). The hot routes' ``POST`` is served by the hot
+path (:mod:`gateway.server.hot_path`) with the handlers their routers declare
+(:func:`hot_handlers`).
 
 Usage::
 
@@ -21,54 +23,31 @@ Usage::
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute, APIRouter
 
 from gateway.api import admin, drain, native, ocr
-from gateway.api.errors import error_response, gateway_error_response, install_exception_handlers
+from gateway.api.errors import install_exception_handlers
+from gateway.api.routes import COUNTED_PATHS, HOT_PATHS
 from gateway.api.schemas import install_openapi
 from gateway.config.settings import Settings, load_settings
 from gateway.jobs import router as jobs_router
 from gateway.observability.logs import flush_access_log
 from gateway.runtime import Runtime
 from gateway.server.connections import BodyDeadlineMiddleware
-from gateway.server.hot_path import GatewayApp, HotServer
+from gateway.server.hot_path import GatewayApp, Handler, HotServer
 from gateway.server.middleware import RequestContextMiddleware
 from gateway.shared.occupancy import Seat
 from gateway.status import router as status_router
 from gateway.wire.urlguard import Resolver
 
-__all__ = ["ROUTES", "create_app", "error_response", "gateway_error_response"]
+__all__ = ["ROUTERS", "create_app", "hot_handlers"]
 
-HOT_ROUTES = {
-    "/ocr": ocr.ocr,
-    "/ocr-file": ocr.ocr_file,
-    "/layout-parsing": native.layout_parsing,
-    "/restructure-pages": native.restructure_pages,
-}
-"""The document routes served past FastAPI's routing (:mod:`gateway.hot_path`)."""
-
-ROUTES = frozenset(
-    {
-        "/ocr",
-        "/ocr-file",
-        "/layout-parsing",
-        "/restructure-pages",
-        "/health",
-        "/ready",
-        "/upstreams",
-        "/metrics",
-        "/admin/drain",
-        "/admin/undrain",
-        "/api/v2/ocr/jobs",
-        "/status",
-        "/status/login",
-        "/status/logout",
-        "/status/api/state",
-    }
-)
+ROUTERS = (ocr.router, native.router, admin.router, drain.router, jobs_router.router, status_router)
+"""Every router of the app; the paths they declare are those of :mod:`gateway.api.routes`."""
 
 DESCRIPTION = """One front door for every PaddleX instance of the fleet: load-aware dispatch,
 failover, health checks, limits and metrics. Document routes need `Authorization: Bearer
@@ -85,7 +64,7 @@ def create_app(
 ) -> GatewayApp:
     """Build a gateway app. A path is loaded now (ConfigError on a bad file) and watched.
     ``resolver`` replaces the system resolver of URL fetches (tests); ``seat``: this app is
-    one of several worker processes (:mod:`gateway.supervisor`)."""
+    one of several worker processes (:mod:`gateway.server.supervisor`)."""
     if isinstance(settings_or_path, Settings):
         runtime = Runtime(settings_or_path, None, watch=False, resolver=resolver, seat=seat)
     else:
@@ -112,19 +91,34 @@ def create_app(
     app.add_middleware(
         BodyDeadlineMiddleware, timeout=lambda: runtime.settings.server.body_timeout_s
     )
-    app.add_middleware(RequestContextMiddleware, runtime=runtime, routes=ROUTES)
-    for path, handler in HOT_ROUTES.items():
+    app.add_middleware(RequestContextMiddleware, runtime=runtime, routes=COUNTED_PATHS)
+    install_exception_handlers(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    for path, handler in hot_handlers(ROUTERS).items():
         app.serve_hot(path, handler)
     app.wrap_hot(
         lambda inner: BodyDeadlineMiddleware(
             inner, timeout=lambda: runtime.settings.server.body_timeout_s
         )
     )
-    app.wrap_hot(lambda inner: RequestContextMiddleware(inner, runtime=runtime, routes=ROUTES))
+    app.wrap_hot(
+        lambda inner: RequestContextMiddleware(inner, runtime=runtime, routes=COUNTED_PATHS)
+    )
     app.state.hot = HotServer(app, runtime)
-    install_exception_handlers(app)
-    for module in (ocr, native, admin, drain, jobs_router):
-        app.include_router(module.router)
-    app.include_router(status_router)
     install_openapi(app)
     return app
+
+
+def hot_handlers(routers: Iterable[APIRouter]) -> dict[str, Handler]:
+    """The endpoint each hot route (:data:`gateway.api.routes.HOT_PATHS`) is declared with on
+    its router: the very function the hot path calls for its ``POST``."""
+    handlers: dict[str, Handler] = {}
+    for router in routers:
+        for route in router.routes:
+            if isinstance(route, APIRoute) and route.path in HOT_PATHS and "POST" in route.methods:
+                handlers[route.path] = route.endpoint
+    missing = HOT_PATHS - handlers.keys()
+    if missing:
+        raise RuntimeError(f"hot routes that no router declares a POST for: {sorted(missing)}")
+    return handlers

@@ -37,9 +37,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.utils import get_remote_addr
 
-from gateway.api.errors import fresh_request_id
 from gateway.config.settings import ServerSettings
-from gateway.inputs.document import InputError
+from gateway.errors import InputError
+from gateway.observability.context import fresh_request_id
 
 if TYPE_CHECKING:
     from gateway.server.hot_path import GatewayApp, HotServer
@@ -141,7 +141,7 @@ class _Bounded:
         raise NotImplementedError
 
     def _close_after_response_if_draining(self) -> None:
-        """While the server drains (:mod:`gateway.serving`), a request that has just started
+        """While the server drains (:mod:`gateway.server.serving`), a request that has just started
         is answered with ``Connection: close``: the client opens its next connection to
         whoever listens now instead of reusing this one."""
         cycle = self.cycle

@@ -5,13 +5,13 @@ FastAPI's per-request machinery (route matching, dependency resolution, the exce
 exit-stack middlewares) costs more CPU than a whole pass-through to PaddleX does
 (``bench/proxy_cpu.py``). The four routes that carry documents (``POST /ocr``, ``/ocr-file``,
 ``/layout-parsing``, ``/restructure-pages``) are plain ``async def handler(request)``
-functions that check their own token (:func:`gateway.access.admitted`) and answer their own
+functions that check their own token (:func:`gateway.access.control.admitted`) and answer their own
 errors. They are served in one of two ways, with the same request id, metrics, access log and
 body deadline as every other route:
 
-- :class:`HotServer` (the gateway's httptools protocol, :mod:`gateway.connections`): straight
+- :class:`HotServer` (the gateway's httptools protocol, :mod:`gateway.server.connections`): straight
   from uvicorn's request cycle. The body is read with the cycle's own ``receive`` (under
-  :func:`gateway.connections.deadline_receive`, as the middleware reads it), the answer is
+  :func:`gateway.server.connections.deadline_receive`, as the middleware reads it), the answer is
   written to the connection as one response, without ASGI's response messages, uvicorn's ``send`` or
   the middleware chain. A request that names a forwarding proxy (``X-Forwarded-*`` headers,
   which uvicorn's proxy-headers middleware would read) takes the ASGI way instead.

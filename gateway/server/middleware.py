@@ -1,8 +1,8 @@
 """The request middleware: request id, per-route metrics and the access log.
 
 Pure ASGI (no body copies). For every HTTP request it creates the
-:class:`~gateway.errors.RequestContext` (request id from ``X-Request-ID`` or a fresh one; the
-access check fills in the token's name), adds ``X-Request-ID`` to the response, counts
+:class:`~gateway.observability.context.RequestContext` (request id from ``X-Request-ID`` or a fresh
+one; the access check fills in the token's name), adds ``X-Request-ID`` to the response, counts
 ``gateway_requests_total{route,code,token}`` and logs one access line on ``gateway.access``::
 
     127.0.0.1:53122 "POST /ocr HTTP/1.1" 200 token=team-a rid=5f0c... 1843.2ms
@@ -11,7 +11,7 @@ The token's name is logged, never the token.
 
 Usage::
 
-    app.add_middleware(RequestContextMiddleware, runtime=runtime, routes=ROUTES)
+    app.add_middleware(RequestContextMiddleware, runtime=runtime, routes=COUNTED_PATHS)
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.api.errors import RequestContext, new_request_id
+from gateway.observability.context import RequestContext, new_request_id
 from gateway.observability.logs import access_line
 
 if TYPE_CHECKING:

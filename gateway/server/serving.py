@@ -9,8 +9,8 @@ client could still see are those. :class:`GatewayServer` drains first:
 1. it stops accepting (the sockets stay open wherever they were handed to) and calls
    ``on_shutdown`` (the handover offer stops);
 2. every request in flight, and every request that starts on a kept-alive connection from now
-   on, is answered with ``Connection: close`` (:mod:`gateway.connections`), so the client opens
-   its next connection, which the successor accepts;
+   on, is answered with ``Connection: close`` (:mod:`gateway.server.connections`), so the client
+   opens its next connection, which the successor accepts;
 3. after at most :data:`DRAIN_IDLE_S`, or as soon as no connection is idle, uvicorn's own
    shutdown runs (what still runs finishes; the connections left idle are closed).
 

@@ -2,12 +2,12 @@
 
 The supervisor binds the listening sockets (one per worker, ``SO_REUSEPORT`` on the one port,
 so the kernel spreads new connections evenly over the workers), or takes over those of the
-gateway it replaces (``handover``: :mod:`gateway.listeners`; each is then served, by one worker
-or shared by several when there are fewer than workers), creates the shared
-:class:`~gateway.occupancy.Board` and forks the workers. Each worker builds its own app
-(:func:`gateway.app.create_app` with its :class:`~gateway.occupancy.Seat`) and runs uvicorn on
-its socket. The supervisor keeps every socket open, so a worker that is being restarted loses
-no connection that has not been accepted yet.
+gateway it replaces (``handover``: :mod:`gateway.server.listeners`; each is then served, by one
+worker or shared by several when there are fewer than workers), creates the shared
+:class:`~gateway.shared.occupancy.Board` and forks the workers. Each worker builds its own app
+(:func:`gateway.server.app.create_app` with its :class:`~gateway.shared.occupancy.Seat`) and runs
+uvicorn on its socket. The supervisor keeps every socket open, so a worker that is being restarted
+loses no connection that has not been accepted yet.
 
 - A worker that dies is reaped, its rows of the board are zeroed (its attempts and token
   requests no longer count) and it is started again: at once if it ran for
@@ -15,10 +15,10 @@ no connection that has not been accepted yet.
   A worker that fails before any worker ever became ready stops the gateway with its status.
 - Once a worker is ready, the sockets are offered to the next gateway at ``handover``.
 - SIGTERM or SIGINT: the offer ends, the sockets close, every worker gets SIGTERM and finishes
-  its requests (:class:`~gateway.serving.GatewayServer`'s graceful shutdown, at most
+  its requests (:class:`~gateway.server.serving.GatewayServer`'s graceful shutdown, at most
   ``grace_s - 5`` s, then its lifespan shutdown, which gives back job leases); whoever still
   runs after ``grace_s`` gets SIGKILL. Exit status 0.
-- SIGHUP is passed on to every worker: each re-reads the config (:mod:`gateway.reload`);
+- SIGHUP is passed on to every worker: each re-reads the config (:mod:`gateway.config.reload`);
   each also polls the file on its own.
 - Workers get SIGKILL when the supervisor dies (``PR_SET_PDEATHSIG``), so ``kill -9`` of the
   gateway stops all of it, as it stops a single process. As PID 1 of a container the

@@ -1,8 +1,8 @@
 """What the gateway's worker processes share: one table in shared memory, one lock, wake-ups.
 
-The supervisor (:mod:`gateway.supervisor`) creates a :class:`Board` before it forks the workers;
-each worker takes its :class:`Seat`. Every counter has one row per worker and only that worker
-writes its row, so a worker that dies leaves nothing behind that the supervisor cannot undo:
+The supervisor (:mod:`gateway.server.supervisor`) creates a :class:`Board` before it forks the
+workers; each worker takes its :class:`Seat`. Every counter has one row per worker and only that
+worker writes its row, so a worker that dies leaves nothing behind that the supervisor cannot undo:
 :meth:`Board.clear` zeroes its row. Totals are sums over the rows; the upstream totals, read
 on every dispatch, are also kept in a column of their own, changed with the rows under the
 lock and recomputed from the rows when a worker is cleared (a worker killed between the two
@@ -16,12 +16,12 @@ writes leaves them consistent again).
 - **Heads**: each worker publishes the waiter its central queue serves next (priority,
   enqueue time on the system-wide monotonic clock, the upstreams it excludes) and how many
   wait, so a free upstream can go to the oldest waiter of any worker
-  (:mod:`gateway.handoff`).
+  (:mod:`gateway.dispatch.handoff`).
 - **Drains**: per upstream slot, the system-wide monotonic clock until which the upstream is
-  drained (0: not drained; :mod:`gateway.drain`). Not per worker: a worker that dies leaves
+  drained (0: not drained; :mod:`gateway.dispatch.drain`). Not per worker: a worker that dies leaves
   them as they are, so a drain holds until it is undone or its deadline passes.
 - **Wake-ups**: one eventfd per worker; writing to a worker's makes its event loop run its
-  dispatch (and answer a metrics request, :mod:`gateway.worker_metrics`).
+  dispatch (and answer a metrics request, :mod:`gateway.observability.worker_metrics`).
 
 The lock is ``flock`` on a file, taken through a separate open file description in each
 process: the kernel drops it when its holder dies, even by SIGKILL. It is held for

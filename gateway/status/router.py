@@ -8,8 +8,8 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from gateway.access.control import AccessError
 from gateway.api.common import RuntimeDep
+from gateway.errors import AccessError
 from gateway.status.session import COOKIE, COOKIE_PATH, LIFETIME_S, SessionKeys, same_origin
 from gateway.status.state import StatusState
 

@@ -1,8 +1,9 @@
-"""How one attempt at an upstream ends: its record, the errors, and how answers are classified.
+"""How one attempt at an upstream ends: its record and how answers are classified.
 
-An attempt raises :class:`UpstreamFailure` when another upstream might do better (5xx, an
-unusable body, a transport error), :class:`UpstreamClientError` when the upstream refused the
-request itself (4xx, not retried). :class:`GatewayError` is what the gateway answers on its own.
+An attempt raises :class:`~gateway.errors.UpstreamFailure` when another upstream might do
+better (5xx, an unusable body, a transport error), :class:`~gateway.errors.UpstreamClientError`
+when the upstream refused the request itself (4xx, not retried); both live with the gateway's
+other exceptions in :mod:`gateway.errors`.
 
 Usage::
 
@@ -22,55 +23,11 @@ import asyncio
 import contextlib
 import json
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 
+from gateway.errors import UpstreamClientError, UpstreamFailure
 from gateway.wire.upstream_http import Reply
-
-
-class GatewayError(Exception):
-    """An error answered by the gateway itself, as ``{"error": {...}, "request_id"}``."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        details: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details or {}
-        self.headers = headers or {}
-
-
-class UpstreamFailure(Exception):
-    """One attempt failed in a way another upstream might not (unless ``retryable`` is False)."""
-
-    def __init__(
-        self, outcome: str, reason: str, status: int | None = None, retryable: bool = True
-    ) -> None:
-        super().__init__(reason)
-        self.outcome = outcome
-        self.reason = reason
-        self.status = status
-        self.retryable = retryable
-
-
-class UpstreamClientError(Exception):
-    """The upstream answered 4xx: the document or request is bad; not retried."""
-
-    def __init__(self, status: int, message: str, body: bytes, content_type: str | None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.body = body
-        self.content_type = content_type
 
 
 @dataclass

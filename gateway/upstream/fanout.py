@@ -1,14 +1,14 @@
 """Page-level fan-out of long PDFs: slices to several instances at once, one restructure.
 
 A PDF of more than ``fanout.threshold_pages`` pages is cut into slices of consecutive pages by
-PDFium in the document workers (:meth:`gateway.inputs.DocumentInspector.cut`: PaddleX's own
+PDFium in the document workers (:meth:`gateway.inputs.document.DocumentInspector.cut`: PaddleX's own
 engine, so a slice of a PDF that PDFium had to repair is a valid PDF). The slice size adapts to
 the fleet's free capacity (:func:`free_capacity`): on an idle fleet a document spreads over
 every free instance, under load slices grow up to ``fanout.max_slice_pages`` so that
 per-request overhead does not waste the fleet. Each slice is
-one ``/layout-parsing`` with failover (:meth:`gateway.proxy.Proxy.run`); the pages come back in
-document order (each ``prunedResult.page_index`` is its position in the whole document) and one
-``/restructure-pages`` over all of them merges tables and levels titles across slices as if one
+one ``/layout-parsing`` with failover (:meth:`gateway.upstream.proxy.Proxy.run`); the pages come
+back in document order (each ``prunedResult.page_index`` is its position in the whole document) and
+one ``/restructure-pages`` over all of them merges tables and levels titles across slices as if one
 instance had parsed the whole document.
 
 The job runner (:mod:`gateway.jobs.runner`) dispatches slices from its store; the synchronous
@@ -35,9 +35,10 @@ import pybase64
 from gateway.config.settings import Settings
 from gateway.dispatch.pool import UpstreamPool
 from gateway.dispatch.upstreams import Upstream
+from gateway.errors import GatewayError, UpstreamFailure
 from gateway.inputs.document import Document, DocumentInspector
 from gateway.keeper.client import post_slice
-from gateway.upstream.attempts import Attempt, GatewayError, UpstreamFailure
+from gateway.upstream.attempts import Attempt
 from gateway.upstream.paddlex_api import (
     TRUNCATION_HINT,
     layout_body,

@@ -16,12 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.upstream.attempts import (
-    UpstreamClientError,
-    UpstreamFailure,
-    error_message,
-    raise_for_upstream_status,
-)
+from gateway.errors import UpstreamClientError, UpstreamFailure
+from gateway.upstream.attempts import error_message, raise_for_upstream_status
 from gateway.wire.jsonfast import RawString
 from gateway.wire.upstream_http import Reply
 
@@ -65,8 +61,9 @@ def restructure_body(pages: list[dict[str, Any]], **fields: Any) -> dict[str, An
 
 def envelope(response: Reply) -> dict[str, Any]:
     """The JSON envelope of a PaddleX answer whose ``result`` is an object: 4xx raise
-    :class:`~gateway.attempts.UpstreamClientError`; 5xx, other statuses, non-JSON bodies, a
-    non-zero ``errorCode`` and a missing ``result`` :class:`~gateway.attempts.UpstreamFailure`."""
+    :class:`~gateway.errors.UpstreamClientError`; 5xx, other statuses, non-JSON bodies, a
+    non-zero ``errorCode`` and a missing ``result``
+    :class:`~gateway.errors.UpstreamFailure`."""
     raise_for_upstream_status(response)
     status = response.status_code
     try:

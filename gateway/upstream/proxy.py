@@ -4,8 +4,8 @@ The loop leases an upstream from the pool, runs one attempt under the per-attemp
 the request deadline, and on a connect error, timeout, reset or 5xx moves on to the next
 *distinct* upstream (never the same one twice), within ``load_balance.max_attempts`` and the
 retry budget. A retry after a connect error (the request never reached the upstream) or after an
-attempt cancelled because its upstream is stuck (:meth:`gateway.outlier.PoolHealth.rescue`) is
-free: it moves work away from a dead instance and adds none, so the retry budget does not
+attempt cancelled because its upstream is stuck (:meth:`gateway.dispatch.outlier.PoolHealth.rescue`)
+is free: it moves work away from a dead instance and adds none, so the retry budget does not
 refuse it. So is a retry after a reset when the upstream's port then refuses connections too
 (the process died with the request in it). An upstream 4xx is not retried. When everything
 fails the caller gets 502 with each tried upstream and its reason.
@@ -34,15 +34,19 @@ from typing import Any, TypeVar
 import httpx
 
 from gateway.config.settings import Settings
-from gateway.dispatch.central_queue import QueueFull, QueueTimeout
-from gateway.dispatch.pool import NoUpstreamAvailable, UpstreamPool
+from gateway.dispatch.pool import UpstreamPool
 from gateway.dispatch.upstreams import Lease, Upstream
+from gateway.errors import (
+    GatewayError,
+    NoUpstreamAvailable,
+    QueueFull,
+    QueueTimeout,
+    UpstreamClientError,
+    UpstreamFailure,
+)
 from gateway.inputs.document import Document
 from gateway.upstream.attempts import (
     Attempt,
-    GatewayError,
-    UpstreamClientError,
-    UpstreamFailure,
     classify_transport_error,
     raise_for_upstream_status,
     refuses_connections,
@@ -67,7 +71,7 @@ class OcrResult:
     log_id: str | None
     upstream: str = ""
     attempts: list[Attempt] = field(default_factory=list)
-    slices: int = 1  # page slices the PDF was parsed in (gateway.fanout)
+    slices: int = 1  # page slices the PDF was parsed in (gateway.upstream.fanout)
 
 
 class Proxy:

@@ -6,7 +6,7 @@ on each (``bench/proxy_cpu.py``); this client spends about a tenth of that, beca
 what talking to a PaddleX instance needs: a ``POST`` with a body of known length,
 one request at a time per connection, a response with a ``Content-Length`` or chunked body.
 Errors are the httpx exception types the failover logic already classifies
-(:func:`gateway.attempts.classify_transport_error`): ``httpx.ConnectError`` /
+(:func:`gateway.upstream.attempts.classify_transport_error`): ``httpx.ConnectError`` /
 ``ConnectTimeout`` before anything was sent, ``httpx.ReadTimeout`` past the deadline,
 ``httpx.RemoteProtocolError`` / ``ReadError`` when the connection breaks. Health probes and
 callers' URL fetches keep using httpx.

@@ -332,8 +332,8 @@ def test_ocr_a_multipage_pdf_is_one_document_with_every_page(fleet):
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["pages"] == 12
-    # parsed in page slices on several instances at once (gateway.fanout): every page answered
-    # by a vLLM of the fleet, one per page
+    # parsed in page slices on several instances at once (gateway.upstream.fanout): every page
+    # answered by a vLLM of the fleet, one per page
     assert body["slices"] > 1
     ports = re.findall(r"sim-vllm:(\d+)", body["text"])
     assert len(ports) == 12 and {int(p) for p in ports} <= set(binding(fleet).values())
@@ -473,7 +473,7 @@ def test_a_changed_gateway_source_rebuilds_and_replaces_only_the_gateway_and_its
     before = full_ids(list(container_ids()))
     old_gateway = gateway_container()
     old_image = built_images(fleet)
-    source = fleet.stack.project / "gateway" / "postprocess.py"
+    source = fleet.stack.project / "gateway" / "api" / "postprocess.py"
     source.write_text(source.read_text() + "\n# a change of the gateway's sources\n")
     steps = fleet.up("changed gateway source")
     touched = changed(steps)

@@ -92,7 +92,7 @@ def test_a_changed_gateway_source_replaces_the_gateway_without_refusing_anything
     (old_name,) = gateways(fleet)
     old_id = full_id(old_name)
     url = fleet.url
-    source = stack.project / "gateway" / "postprocess.py"
+    source = stack.project / "gateway" / "api" / "postprocess.py"
     source.write_text(source.read_text() + "\n# a change of the gateway's sources\n")
     headers = {"Authorization": f"Bearer {TOKEN}"}
     keeper_url = stack.outputs()["topology"]["gateway"]["keeper"]["url"]

@@ -1,5 +1,5 @@
 """``fleetctl drain``, ``undrain``, ``recycle`` and the drained state in ``status``, against the
-real gateway (gateway.app) in front of PaddleX doubles on two cards.
+real gateway (gateway.server.app) in front of PaddleX doubles on two cards.
 
 - drain by card and undrain by port change what the gateway's ``/upstreams`` says;
   ``status`` shows a drained instance (and counts it as fine: it is out on purpose).

@@ -1,4 +1,4 @@
-"""fleetctl against the real gateway (gateway.app.create_app) in front of PaddleX doubles."""
+"""fleetctl against the real gateway (gateway.server.app.create_app) in front of PaddleX doubles."""
 
 from __future__ import annotations
 

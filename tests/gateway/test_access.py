@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.access.control import Access, AccessError
+from gateway.access.control import Access
 from gateway.config.settings import AuthSettings, ConfigError, parse_settings
+from gateway.errors import AccessError
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway, gateway_config
 from tests.gateway.samples import b64, png_bytes

@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from gateway.config.settings import InputSettings
-from gateway.inputs.document import InputError, plain_base64_image
+from gateway.errors import InputError
+from gateway.inputs.document import plain_base64_image
 from gateway.inputs.sources import resolve_input
 from gateway.wire.jsonfast import RawString
 from tests.gateway.conftest import gateway_config

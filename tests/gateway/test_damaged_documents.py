@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from doubles.paddlex import pdf_page_sizes
-from gateway.inputs.document import InputError, make_document
+from gateway.errors import InputError
+from gateway.inputs.document import make_document
 from gateway.inputs.pdf import cut_slices
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway

@@ -1,4 +1,4 @@
-"""gateway.documents: type sniffing, PDF pages, decoding and the safety rules of each input."""
+"""gateway.inputs.sources: type sniffing, PDF pages, decoding and the safety rules of each input."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The hot routes served from uvicorn's request cycle (gateway/hot_path.py ``HotServer``), over
-raw loopback sockets: the same answers as the ASGI way, keep-alive, pipelining, ``Expect:
+"""The hot routes served from uvicorn's request cycle (gateway/server/hot_path.py ``HotServer``),
+over raw loopback sockets: the same answers as the ASGI way, keep-alive, pipelining, ``Expect:
 100-continue``, ``Connection: close`` and a failing handler."""
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from gateway.config.settings import InputSettings
-from gateway.inputs.document import InputError, image_size, make_document
+from gateway.errors import InputError
+from gateway.inputs.document import image_size, make_document
 from gateway.inputs.workers import ProcessWorkers, WorkerTimeout
 from tests.gateway import hostile
 from tests.gateway.conftest import gateway_config

@@ -1,4 +1,4 @@
-"""gateway.jsonfast: a large escape-free string lifted out of a body, and spliced back."""
+"""gateway.wire.jsonfast: a large escape-free string lifted out of a body, and spliced back."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from gateway.api.errors import fresh_request_id
+from gateway.observability.context import fresh_request_id
 from gateway.observability.logs import (
     ACCESS_LOGGER,
     BatchedStreamHandler,

@@ -1,4 +1,5 @@
-"""gateway.memory: the malloc thresholds are set in a real process, and change what it does."""
+"""gateway.server.memory: the malloc thresholds are set in a real process, and change what it
+does."""
 
 from __future__ import annotations
 

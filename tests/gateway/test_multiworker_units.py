@@ -1,5 +1,5 @@
 """The shared board and the cross-worker dispatch, in one process: two pools on two seats of
-one :class:`gateway.occupancy.Board` stand for two workers (their own lock descriptions and
+one :class:`gateway.shared.occupancy.Board` stand for two workers (their own lock descriptions and
 wake-ups, one event loop)."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.access.control import Access, AccessError, Principal
+from gateway.access.control import Access, Principal
 from gateway.config.settings import parse_settings
 from gateway.dispatch.pool import UpstreamPool
+from gateway.errors import AccessError
 from gateway.observability.worker_metrics import label_line, merge_expositions
 from gateway.shared import occupancy
 from gateway.shared.occupancy import Board, SlotsExhausted

@@ -1,4 +1,5 @@
-"""gateway.outlier and the speed-aware choice of ``queue`` mode: pure pool state, no HTTP."""
+"""gateway.dispatch.outlier and the speed-aware choice of ``queue`` mode: pure pool state, no
+HTTP."""
 
 from __future__ import annotations
 

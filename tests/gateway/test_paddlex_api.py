@@ -1,4 +1,5 @@
-"""The PaddleX answer checks (gateway/paddlex_api.py) on answers as they come off the wire."""
+"""The PaddleX answer checks (gateway/upstream/paddlex_api.py) on answers as they come off the
+wire."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.upstream.attempts import UpstreamClientError, UpstreamFailure
+from gateway.errors import UpstreamClientError, UpstreamFailure
 from gateway.upstream.paddlex_api import envelope, parsing_results, restructure_body, restructured
 from gateway.wire.upstream_http import Reply
 

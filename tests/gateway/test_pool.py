@@ -1,4 +1,5 @@
-"""gateway.policies, gateway.pool and gateway.central_queue: pure asyncio state, no HTTP."""
+"""gateway.dispatch.policies, gateway.dispatch.pool and gateway.dispatch.central_queue: pure asyncio
+state, no HTTP."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import random
 import pytest
 
 from gateway.config.settings import POLICY_NAMES, parse_settings
-from gateway.dispatch.central_queue import QueueFull, QueueTimeout
 from gateway.dispatch.policies import make_policy
-from gateway.dispatch.pool import NoUpstreamAvailable, UpstreamPool
+from gateway.dispatch.pool import UpstreamPool
 from gateway.dispatch.upstreams import Lease
+from gateway.errors import NoUpstreamAvailable, QueueFull, QueueTimeout
 from gateway.observability.metrics import GatewayMetrics
 from tests.gateway.conftest import deep_merge
 

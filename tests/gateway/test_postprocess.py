@@ -1,4 +1,4 @@
-"""gateway.postprocess: each rule on its own and the configured combination."""
+"""gateway.api.postprocess: each rule on its own and the configured combination."""
 
 from __future__ import annotations
 

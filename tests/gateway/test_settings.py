@@ -1,4 +1,4 @@
-"""gateway.settings: the seed config loads unchanged, defaults, errors naming the key."""
+"""gateway.config.settings: the seed config loads unchanged, defaults, errors naming the key."""
 
 from __future__ import annotations
 
