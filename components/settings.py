@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel, to_snake
 
-from gateway.jobs.store_url import check_postgres_url
+from gateway.config.store_url import check_postgres_url
 
 AcceleratorName = Literal["ascend", "nvidia", "sim"]
 GatewayLayout = Literal["single", "per-host"]

@@ -39,8 +39,9 @@ from gateway.config.settings import Settings
 from gateway.dispatch.health import HealthChecker
 from gateway.dispatch.pool import UpstreamPool
 from gateway.inputs.document import DocumentInspector
-from gateway.jobs.backend import JobBackend, open_backend
+from gateway.jobs.backend import JobBackend
 from gateway.jobs.runner import JobRunner
+from gateway.jobs.stores import open_backend
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.worker_metrics import WorkerMetrics
 from gateway.shared.occupancy import Seat

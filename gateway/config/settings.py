@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.jobs.store_url import check_postgres_url
+from gateway.config.store_url import check_postgres_url
 
 log = logging.getLogger("gateway.settings")
 

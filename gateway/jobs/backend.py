@@ -1,4 +1,4 @@
-"""The job store's interface, shared by its two backends, and the choice between them.
+"""The job store's interface, shared by its two backends (:mod:`gateway.jobs.stores` opens one).
 
 - :class:`gateway.jobs.sqlite_backend.SqliteBackend` (``jobs.dir``, the default): SQLite plus
   files on the gateway's host; one gateway, or several processes of one host.
@@ -11,7 +11,7 @@ storage raises :class:`StoreUnavailable`; the job routes answer it with 503 and
 
 Usage::
 
-    store = await open_backend(settings.jobs)
+    store = await open_backend(settings.jobs)   # gateway.jobs.stores
     await store.create_job(job, data)
     claims = await store.claim_slices(owner, 30, count=4, size=size)
     await store.close()
@@ -20,13 +20,10 @@ Usage::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from gateway.jobs.fairness import SliceSize
 from gateway.jobs.store import Job, SliceClaim
-
-if TYPE_CHECKING:
-    from gateway.config.settings import JobsSettings
 
 RETRY_AFTER_S = 5  # what a 503 of an unreachable store tells the client to wait
 
@@ -101,22 +98,3 @@ class JobBackend(Protocol):
     async def callbacks_due(self) -> list[Job]: ...
     async def mark_callback(self, job_id: str) -> bool: ...
     async def purge(self, older_than: float) -> int: ...
-
-
-async def open_backend(jobs: JobsSettings) -> JobBackend:
-    """The store ``jobs`` names: PostgreSQL at ``jobs.store_url`` (schema created or migrated
-    now), else SQLite in ``jobs.dir``."""
-    if jobs.store_url is not None:
-        from gateway.jobs.postgres import PostgresBackend
-
-        return await PostgresBackend.open(
-            jobs.store_url,
-            max_bytes=jobs.max_disk_bytes,
-            timeout_s=jobs.store_timeout_s,
-            pool_size=jobs.store_pool_size,
-        )
-    if jobs.dir is None:
-        raise ValueError("jobs.dir or jobs.store_url is required for a job store")
-    from gateway.jobs.sqlite_backend import SqliteBackend
-
-    return await SqliteBackend.open(Path(jobs.dir))

@@ -40,10 +40,10 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from gateway.config.store_url import safe_url
 from gateway.jobs.backend import ResultBody, StoreUnavailable
 from gateway.jobs.fairness import SliceSize, cut_after, plan_claims
 from gateway.jobs.store import Job, SliceClaim
-from gateway.jobs.store_url import safe_url
 
 log = logging.getLogger("gateway.jobs")
 
