@@ -46,6 +46,16 @@ class GatewayArgs:
     """Resolves when the plan may be applied; the image build waits for it."""
     admin_tokens: list[pulumi.Output[dict[str, str]]] = field(default_factory=list)
     """Admin tokens of the stack's own (name and SHA-256: the recyclers')."""
+    store_url: pulumi.Output[str] | None = None
+    """Its `jobs.store_url` when the stack runs the job store (components/jobstore.py): a
+    secret that resolves once the database accepts connections."""
+
+
+def with_store_url(config: dict[str, Any], url: str) -> dict[str, Any]:
+    """`config` with `jobs.store_url` set to `url` (unless empty: the stack runs no store)."""
+    if url:
+        config["jobs"] = {**config.get("jobs", {}), "store_url": url}
+    return config
 
 
 class Gateway(pulumi.ComponentResource):
@@ -71,12 +81,19 @@ class Gateway(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self),
             )
             waits.append(self.keeper.installed)  # new instances reach it before the gateway
-        self.config_json = pulumi.Output.all(entries, *args.admin_tokens).apply(
+        store_url = args.store_url if args.store_url is not None else ""
+        self.config_json = pulumi.Output.all(entries, store_url, *args.admin_tokens).apply(
             lambda found: render_config(
-                config_with_upstreams(args.base_config, found[0], gateway.keeper, list(found[1:]))
+                with_store_url(
+                    config_with_upstreams(
+                        args.base_config, found[0], gateway.keeper, list(found[2:])
+                    ),
+                    found[1],
+                )
             )
         )
-        if "store_url" in args.base_config.get("jobs", {}):  # it holds the database's password
+        # it holds the database's password
+        if args.store_url is not None or "store_url" in args.base_config.get("jobs", {}):
             self.config_json = pulumi.Output.secret(self.config_json)
         argv = render.gateway_argv(gateway)
         envs = [f"GATEWAY_PORT={gateway.port}"]  # the image's healthcheck probes it
