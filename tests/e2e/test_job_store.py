@@ -1,0 +1,107 @@
+"""`jobsStore: postgres` under the real Pulumi engine on a real Docker engine, in sim mode.
+
+One stack (one card): up deploys the stack's own PostgreSQL (its image built from the project's
+base image, its data in a host folder, a generated password) and the gateway configured with
+it; a job submitted through the gateway's job API finishes, and its row is in that PostgreSQL;
+the password is nowhere in the stack's outputs or the engine's output; destroy leaves the data
+folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.sim_stack import sim_stack, tokens
+from tests.e2e.test_fleet_on_docker import docker, png_bytes
+
+pytestmark = pytest.mark.docker
+
+PORTS = 28000
+DB_PORT = PORTS + 432
+TOKEN = "job-store-user-" + os.urandom(12).hex()
+ADMIN = "job-store-admin-" + os.urandom(12).hex()
+USER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def psql(container: str, sql: str) -> str:
+    """`sql` as the database's superuser over the container's local socket (peer auth)."""
+    return docker(
+        "exec", "-u", "postgres", container,
+        "psql", "-X", "-At", "-p", str(DB_PORT), "-d", "fleet", "-c", sql,
+    ).stdout.strip()  # fmt: skip
+
+
+def test_the_stack_deploys_postgres_and_the_gateways_jobs_live_in_it(docker_engine):
+    data_dir = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-postgres-"))
+    try:
+        with sim_stack(
+            "job-store",
+            PORTS,
+            tokens(TOKEN, ADMIN),
+            jobsStore="postgres",
+            jobsStorePort=str(DB_PORT),
+            jobsStoreDataDir=str(data_dir),
+        ) as fleet:
+            started = time.monotonic()
+            fleet.stack.up()
+            up_s = time.monotonic() - started
+            store = fleet.plan.job_store
+            assert store is not None
+            outputs = fleet.stack.outputs()
+            assert outputs["jobs_store"] == {
+                "host": "local",
+                "address": "127.0.0.1",
+                "port": DB_PORT,
+                "container": store.container_name,
+                "database": "fleet",
+                "user": "fleet",
+            }
+            assert (data_dir / "PG_VERSION").is_file()  # initdb ran into the host folder
+            password = docker(
+                "exec", store.container_name, "cat", "/etc/paddleocr-fleet/postgres.password"
+            ).stdout
+            assert len(password) == 64
+            shown = fleet.stack.run(["stack", "output", "--json", "--stack", fleet.name])
+            assert password not in shown.stdout
+            history = fleet.stack.run(["stack", "export", "--stack", fleet.name]).stdout
+            assert password not in history  # encrypted in the state
+            # listening on loopback only (one host), with the password
+            listen = psql(store.container_name, "SHOW listen_addresses")
+            assert listen == "127.0.0.1"
+
+            url = fleet.url
+            created = httpx.post(
+                f"{url}/api/v2/ocr/jobs",
+                headers=USER,
+                data={"model": "PaddleOCR-VL-1.5"},
+                files={"file": ("doc.png", png_bytes(), "image/png")},
+                timeout=60,
+            )
+            assert created.status_code == 200, created.text
+            job = created.json()["data"]["jobId"]
+            deadline, data = time.monotonic() + 90, {}
+            while time.monotonic() < deadline:
+                answer = httpx.get(f"{url}/api/v2/ocr/jobs/{job}", headers=USER, timeout=10)
+                data = answer.json()["data"]
+                if data["state"] in ("done", "failed"):
+                    break
+                time.sleep(0.5)
+            assert data.get("state") == "done", data
+            lines = httpx.get(data["resultUrl"]["jsonUrl"], timeout=30).text.splitlines()
+            page = json.loads(lines[0])["result"]["layoutParsingResults"][0]
+            assert "sim-vllm:" in page["markdown"]["text"]
+
+            row = psql(store.container_name, f"SELECT state FROM jobs WHERE id = '{job}'")
+            assert row == "done"
+            print(f"up {up_s:.1f}s, job done in the stack's PostgreSQL")
+        assert (data_dir / "PG_VERSION").is_file()  # destroy keeps the data
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
