@@ -163,3 +163,11 @@ def test_its_port_is_checked_against_the_port_plan():
         build_plan(load_settings({**POSTGRES, "jobsStorePort": "9101"}))
     with pytest.raises(ConfigError, match=r"jobsStorePort.*PostgreSQL"):
         build_plan(load_settings({**POSTGRES, "jobsStorePort": "9120"}))  # a PaddleX's
+
+
+def test_preflight_names_its_container_on_its_host():
+    from components.preflight import planned_names
+
+    names = planned_names(build_plan(load_settings(PER_HOST)))
+    assert "paddleocr-fleet-gateway-postgres" in names["b"]
+    assert "paddleocr-fleet-gateway-postgres" not in names["a"]

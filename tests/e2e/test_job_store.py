@@ -3,8 +3,9 @@
 One stack (one card): up deploys the stack's own PostgreSQL (its image built from the project's
 base image, its data in a host folder, a generated password) and the gateway configured with
 it; a job submitted through the gateway's job API finishes, and its row is in that PostgreSQL;
-the password is nowhere in the stack's outputs or the engine's output; destroy leaves the data
-folder.
+the password is nowhere in the stack's outputs or its exported state; a second preview changes
+nothing; destroy leaves the data folder, and a new stack on it (a new password, set by the
+container at its start) serves with the earlier job's row still there.
 """
 
 from __future__ import annotations
@@ -101,7 +102,22 @@ def test_the_stack_deploys_postgres_and_the_gateways_jobs_live_in_it(docker_engi
 
             row = psql(store.container_name, f"SELECT state FROM jobs WHERE id = '{job}'")
             assert row == "done"
+            fleet.stack.preview("--expect-no-changes")
             print(f"up {up_s:.1f}s, job done in the stack's PostgreSQL")
         assert (data_dir / "PG_VERSION").is_file()  # destroy keeps the data
+        with sim_stack(
+            "job-store",
+            PORTS,
+            tokens(TOKEN, ADMIN),
+            jobsStore="postgres",
+            jobsStorePort=str(DB_PORT),
+            jobsStoreDataDir=str(data_dir),
+        ) as again:
+            again.stack.up()  # its gateway connects with the new stack's password
+            assert psql(store.container_name, f"SELECT state FROM jobs WHERE id = '{job}'") == (
+                "done"
+            )
+            answer = httpx.get(f"{again.url}/api/v2/ocr/jobs/{job}", headers=USER, timeout=10)
+            assert answer.json()["data"]["state"] == "done"
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
