@@ -27,6 +27,7 @@ from components.plan import GatewayPlan
 from components.render import gateway as render
 from components.render.gateway import config_json as render_config
 from components.render.gateway import config_with_upstreams
+from gateway.jobs.store_url import safe_url
 
 GATEWAY_BUILD = BuildSpec(context="gateway", repository="paddleocr-fleet/gateway")
 
@@ -56,6 +57,19 @@ def with_store_url(config: dict[str, Any], url: str) -> dict[str, Any]:
     if url:
         config["jobs"] = {**config.get("jobs", {}), "store_url": url}
     return config
+
+
+def shared_store(args: GatewayArgs) -> pulumi.Output[str]:
+    """`host:port/database` of the gateway's shared job store ('' for its own SQLite store).
+
+    Part of its generation: a gateway opens its store at start and a config reload does not
+    move it (gateway/runtime.py), so a gateway whose store changes (`jobsStore`, `jobsStoreUrl`)
+    is replaced, with the handover, rather than keeping the old store behind a new config. No
+    password in it: it names the container."""
+    if args.store_url is not None:
+        return pulumi.Output.unsecret(args.store_url.apply(safe_url))
+    url = args.base_config.get("jobs", {}).get("store_url")
+    return pulumi.Output.from_input(safe_url(url) if url else "")
 
 
 class Gateway(pulumi.ComponentResource):
@@ -98,13 +112,14 @@ class Gateway(pulumi.ComponentResource):
         argv = render.gateway_argv(gateway)
         envs = [f"GATEWAY_PORT={gateway.port}"]  # the image's healthcheck probes it
         labels = containers.labels("gateway", gateway.host, None, gateway.port)
-        generation = pulumi.Output.from_input(image).apply(
-            lambda image_id: {
-                "image": image_id,
+        generation = pulumi.Output.all(image, shared_store(args)).apply(
+            lambda found: {
+                "image": found[0],
                 "argv": argv,
                 "envs": envs,
                 "jobs_dir": jobs_dir,
                 "labels": {label.label: label.value for label in labels},
+                **({"jobs_store": found[1]} if found[1] else {}),
             }
         )
         service = configured_container(

@@ -171,3 +171,19 @@ def test_preflight_names_its_container_on_its_host():
     names = planned_names(build_plan(load_settings(PER_HOST)))
     assert "paddleocr-fleet-gateway-postgres" in names["b"]
     assert "paddleocr-fleet-gateway-postgres" not in names["a"]
+
+
+def test_a_gateway_whose_store_changes_is_replaced_and_one_without_a_shared_store_keeps_its_name():
+    """The gateway opens its store at start (a reload does not move it): the store is part of
+    the container's generation, and only when shared, so a SQLite stack's names stay as they
+    were."""
+    names = {}
+    for store, config, secrets in (
+        ("sqlite", {"cards": "1"}, {}),
+        ("postgres", POSTGRES, {}),
+        ("url", {"cards": "1"}, {"jobsStoreUrl": "postgresql://u:pw-pw@db.example:5433/jobs"}),
+    ):
+        recording = record_stack(config, secrets=secrets)
+        names[store] = recording.named("local-gateway").inputs["name"]
+        assert "pw-pw" not in names[store] and MOCK_PASSWORD not in names[store].split("-")
+    assert len(set(names.values())) == 3

@@ -1,11 +1,12 @@
 """`jobsStore: postgres` under the real Pulumi engine on a real Docker engine, in sim mode.
 
-One stack (one card): up deploys the stack's own PostgreSQL (its image built from the project's
-base image, its data in a host folder, a generated password) and the gateway configured with
-it; a job submitted through the gateway's job API finishes, and its row is in that PostgreSQL;
-the password is nowhere in the stack's outputs or its exported state; a second preview changes
-nothing; destroy leaves the data folder, and a new stack on it (a new password, set by the
-container at its start) serves with the earlier job's row still there.
+One stack (one card), up first with the default SQLite store; then `jobsStore: postgres`: up
+deploys the stack's own PostgreSQL (its image built from the project's base image, its data in
+a host folder, a generated password) and replaces the gateway (it opens its store at start) by
+one configured with it; a job submitted through the gateway's job API finishes, and its row is
+in that PostgreSQL; the password is nowhere in the stack's outputs or its exported state; a
+second preview changes nothing; destroy leaves the data folder, and a new stack on it (a new
+password, set by the container at its start) serves with the earlier job's row still there.
 """
 
 from __future__ import annotations
@@ -42,18 +43,23 @@ def psql(container: str, sql: str) -> str:
 
 def test_the_stack_deploys_postgres_and_the_gateways_jobs_live_in_it(docker_engine):
     data_dir = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-postgres-"))
+    store_config = {
+        "jobsStore": "postgres",
+        "jobsStorePort": str(DB_PORT),
+        "jobsStoreDataDir": str(data_dir),
+    }
     try:
-        with sim_stack(
-            "job-store",
-            PORTS,
-            tokens(TOKEN, ADMIN),
-            jobsStore="postgres",
-            jobsStorePort=str(DB_PORT),
-            jobsStoreDataDir=str(data_dir),
-        ) as fleet:
+        with sim_stack("job-store", PORTS, tokens(TOKEN, ADMIN)) as fleet:
+            fleet.stack.up()
+            before = fleet.stack.outputs()["topology"]["gateway"]["container"]
+            fleet.set(**store_config)
             started = time.monotonic()
             fleet.stack.up()
             up_s = time.monotonic() - started
+            gateway = fleet.stack.outputs()["topology"]["gateway"]["container"]
+            assert gateway != before  # replaced: a reload would keep its SQLite store
+            running = docker("ps", "--format", "{{.Names}}").stdout.split()
+            assert gateway in running and before not in running
             store = fleet.plan.job_store
             assert store is not None
             outputs = fleet.stack.outputs()
@@ -105,14 +111,7 @@ def test_the_stack_deploys_postgres_and_the_gateways_jobs_live_in_it(docker_engi
             fleet.stack.preview("--expect-no-changes")
             print(f"up {up_s:.1f}s, job done in the stack's PostgreSQL")
         assert (data_dir / "PG_VERSION").is_file()  # destroy keeps the data
-        with sim_stack(
-            "job-store",
-            PORTS,
-            tokens(TOKEN, ADMIN),
-            jobsStore="postgres",
-            jobsStorePort=str(DB_PORT),
-            jobsStoreDataDir=str(data_dir),
-        ) as again:
+        with sim_stack("job-store", PORTS, tokens(TOKEN, ADMIN), **store_config) as again:
             again.stack.up()  # its gateway connects with the new stack's password
             assert psql(store.container_name, f"SELECT state FROM jobs WHERE id = '{job}'") == (
                 "done"
