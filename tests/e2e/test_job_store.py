@@ -1,12 +1,14 @@
 """`jobsStore: postgres` under the real Pulumi engine on a real Docker engine, in sim mode.
 
-One stack (one card), up first with the default SQLite store; then `jobsStore: postgres`: up
-deploys the stack's own PostgreSQL (its image built from the project's base image, its data in
-a host folder, a generated password) and replaces the gateway (it opens its store at start) by
-one configured with it; a job submitted through the gateway's job API finishes, and its row is
-in that PostgreSQL; the password is nowhere in the stack's outputs or its exported state; a
-second preview changes nothing; destroy leaves the data folder, and a new stack on it (a new
-password, set by the container at its start) serves with the earlier job's row still there.
+`test_the_stack_deploys_...`: one stack (one card), up first with the default SQLite store;
+then `jobsStore: postgres`: up deploys the stack's own PostgreSQL (its image built from the
+project's base image, its data in a host folder, a generated password) and replaces the gateway
+(it opens its store at start) by one configured with it; a job submitted through the gateway's
+job API finishes, and its row is in that PostgreSQL; the password is nowhere in the stack's
+outputs or its exported state; a second preview changes nothing; destroy leaves the data
+folder, and a new stack on it (a new password, set by the container at its start) serves with
+the earlier job's row still there.
+`test_listening_everywhere_...`: the image alone, as it runs for gateways on other hosts.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -120,3 +123,63 @@ def test_the_stack_deploys_postgres_and_the_gateways_jobs_live_in_it(docker_engi
             assert answer.json()["data"]["state"] == "done"
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_listening_everywhere_only_the_fleet_role_gets_in_and_only_with_its_password(docker_engine):
+    """The image as a stack with gateways on other hosts runs it (`listen_addresses '*'`): over
+    TCP the role `fleet` with its password (SCRAM), nothing else; a restart with another
+    password file keeps the data and takes the new password."""
+    tag = f"paddleocr-fleet/postgres:test-{os.urandom(3).hex()}"
+    name = f"paddleocr-fleet-job-store-image-{os.urandom(3).hex()}"
+    root = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-postgres-image-"))
+    (root / "data").mkdir()
+    password = root / "password"
+    password.write_text("first-" + os.urandom(16).hex())
+    port = str(DB_PORT + 1)
+    built = docker("build", "--network", "host", "-q", "-t", tag, "config/postgres")
+    assert built.returncode == 0, built.stderr[-3000:]
+    try:
+        started = docker(
+            "run", "-d", "--name", name, "--network", "host",
+            "-v", f"{root / 'data'}:/var/lib/postgresql/data",
+            "-v", f"{password}:/etc/paddleocr-fleet/postgres.password:ro",
+            tag, port, "*",
+        )  # fmt: skip
+        assert started.returncode == 0, started.stderr
+
+        def tcp(user: str, secret: str, sql: str = "SELECT current_user") -> tuple[int, str]:
+            client = ["psql", "-X", "-At", "-h", "127.0.0.1", "-p", port, "-U", user, "-d", "fleet"]
+            done = subprocess.run(
+                ["docker", "exec", "-e", f"PGPASSWORD={secret}", name, *client, "-c", sql],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            return done.returncode, (done.stdout + done.stderr).strip()
+
+        def ready() -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                probe = ["docker", "exec", name, "pg_isready", "-q", "-h", "127.0.0.1", "-p", port]
+                if subprocess.run(probe, check=False).returncode == 0:
+                    return
+                time.sleep(0.5)
+            raise AssertionError(docker("logs", name).stderr[-2000:])
+
+        ready()
+        first = password.read_text()
+        assert tcp("fleet", first) == (0, "fleet")
+        assert tcp("fleet", first, "SHOW listen_addresses") == (0, "*")
+        code, said = tcp("fleet", "wrong-password")
+        assert code != 0 and "password authentication failed" in said
+        code, said = tcp("postgres", first)  # the superuser: the local socket only
+        assert code != 0 and "no pg_hba.conf entry" in said
+        assert tcp("fleet", first, "CREATE TABLE kept (n int); INSERT INTO kept VALUES (7)")[0] == 0
+
+        password.write_text("second-" + os.urandom(16).hex())
+        docker("restart", name)
+        ready()
+        assert tcp("fleet", first)[0] != 0
+        assert tcp("fleet", password.read_text(), "SELECT n FROM kept") == (0, "7")
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+        subprocess.run(["docker", "rmi", tag], capture_output=True, check=False)
+        shutil.rmtree(root, ignore_errors=True)
