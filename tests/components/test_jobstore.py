@@ -187,3 +187,11 @@ def test_a_gateway_whose_store_changes_is_replaced_and_one_without_a_shared_stor
         names[store] = recording.named("local-gateway").inputs["name"]
         assert "pw-pw" not in names[store] and MOCK_PASSWORD not in names[store].split("-")
     assert len(set(names.values())) == 3
+
+
+def test_the_plan_printout_names_it():
+    from components.plan.cli import render_matrix
+
+    printed = render_matrix(build_plan(load_settings(PER_HOST)))
+    assert "job store paddleocr-fleet-gateway-postgres (PostgreSQL) on host b: port 5432" in printed
+    assert "listening on *" in printed
