@@ -119,19 +119,21 @@ def generation_named(
     argv: list[str],
     envs: list[str],
     labels: list[docker.ContainerLabelArgs],
-    **mounts: str,
+    **more: pulumi.Input[str],
 ) -> pulumi.Output[str]:
     """The name of a container handed over rather than replaced in place (the gateway, its
     keeper): `base` and a hash of what forces its replacement (`render.generation_name`):
-    its image, command, environment, labels and host folders (`mounts`)."""
-    return pulumi.Output.from_input(image).apply(
-        lambda image_id: generation_name(
+    its image, command, environment, labels and `more` (host folders, the shared job store; an
+    empty value is left out, so a generation without it keeps its name)."""
+    keys = list(more)
+    return pulumi.Output.all(image, *more.values()).apply(
+        lambda found: generation_name(
             base,
             {
-                "image": image_id,
+                "image": found[0],
                 "argv": argv,
                 "envs": envs,
-                **mounts,
+                **{key: value for key, value in zip(keys, found[1:], strict=True) if value},
                 "labels": {label.label: label.value for label in labels},
             },
         )

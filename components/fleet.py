@@ -21,6 +21,7 @@ from components.access import check_access
 from components.balancer import Balancer, BalancerArgs
 from components.card import NpuCard, NpuCardArgs, card_launches
 from components.gateway import Gateway, GatewayArgs
+from components.jobstore import JobStore, JobStoreArgs
 from components.monitoring import (
     Monitoring,
     MonitoringArgs,
@@ -161,6 +162,19 @@ class Fleet(pulumi.ComponentResource):
             settings, pulumi.ResourceOptions(parent=self, aliases=moved_from_root())
         )
         admin_tokens = [] if token is None else [recycler.admin_token_entry(token)]
+        self.job_store: JobStore | None = None
+        if plan.job_store is not None:
+            host = plan.job_store.host
+            self.job_store = JobStore(
+                f"{host.name}-jobstore",
+                JobStoreArgs(
+                    plan.job_store,
+                    data_dir=settings.jobs_store_data_dir
+                    or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/postgres",
+                    guard=guard,
+                ),
+                self._host_opts(host, "-jobstore", moved=False),
+            )
         self.gateways = [
             Gateway(
                 f"{gateway.host.name}-gateway",
@@ -173,6 +187,7 @@ class Fleet(pulumi.ComponentResource):
                     image=settings.gateway_image,
                     guard=guard,
                     admin_tokens=admin_tokens,
+                    store_url=None if self.job_store is None else self.job_store.url_for(gateway),
                 ),
                 self._host_opts(gateway.host, "-gateway"),
             )
@@ -294,6 +309,8 @@ class Fleet(pulumi.ComponentResource):
             outputs["gateways"] = [g.url for g in self.gateways]
         if self.monitoring is not None:
             outputs["prometheus_url"] = self.monitoring.url
+        if self.job_store is not None:
+            outputs["jobs_store"] = self.job_store.location
         # the gateways' and keepers' containers carry their generation in their names
         plan_names = [g.container_name for g in self.plan.gateways]
         plan_names += [g.keeper.container_name for g in self.plan.gateways if g.keeper]

@@ -27,6 +27,7 @@ from components.plan import GatewayPlan
 from components.render import gateway as render
 from components.render.gateway import config_json as render_config
 from components.render.gateway import config_with_upstreams
+from gateway.config.store_url import safe_url
 
 GATEWAY_BUILD = BuildSpec(context="gateway", repository="paddleocr-fleet/gateway")
 
@@ -46,6 +47,29 @@ class GatewayArgs:
     """Resolves when the plan may be applied; the image build waits for it."""
     admin_tokens: list[pulumi.Output[dict[str, str]]] = field(default_factory=list)
     """Admin tokens of the stack's own (name and SHA-256: the recyclers')."""
+    store_url: pulumi.Output[str] | None = None
+    """Its `jobs.store_url` when the stack runs the job store (components/jobstore.py): a
+    secret that resolves once the database accepts connections."""
+
+
+def with_store_url(config: dict[str, Any], url: str) -> dict[str, Any]:
+    """`config` with `jobs.store_url` set to `url` (unless empty: the stack runs no store)."""
+    if url:
+        config["jobs"] = {**config.get("jobs", {}), "store_url": url}
+    return config
+
+
+def shared_store(args: GatewayArgs) -> pulumi.Output[str]:
+    """`host:port/database` of the gateway's shared job store ('' for its own SQLite store).
+
+    Part of its generation: a gateway opens its store at start and a config reload does not
+    move it (gateway/runtime.py), so a gateway whose store changes (`jobsStore`, `jobsStoreUrl`)
+    is replaced, with the handover, rather than keeping the old store behind a new config. No
+    password in it: it names the container."""
+    if args.store_url is not None:
+        return pulumi.Output.unsecret(args.store_url.apply(safe_url))
+    url = args.base_config.get("jobs", {}).get("store_url")
+    return pulumi.Output.from_input(safe_url(url) if url else "")
 
 
 class Gateway(pulumi.ComponentResource):
@@ -71,12 +95,19 @@ class Gateway(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self),
             )
             waits.append(self.keeper.installed)  # new instances reach it before the gateway
-        self.config_json = pulumi.Output.all(entries, *args.admin_tokens).apply(
+        store_url = args.store_url if args.store_url is not None else ""
+        self.config_json = pulumi.Output.all(entries, store_url, *args.admin_tokens).apply(
             lambda found: render_config(
-                config_with_upstreams(args.base_config, found[0], gateway.keeper, list(found[1:]))
+                with_store_url(
+                    config_with_upstreams(
+                        args.base_config, found[0], gateway.keeper, list(found[2:])
+                    ),
+                    found[1],
+                )
             )
         )
-        if "store_url" in args.base_config.get("jobs", {}):  # it holds the database's password
+        # it holds the database's password
+        if args.store_url is not None or "store_url" in args.base_config.get("jobs", {}):
             self.config_json = pulumi.Output.secret(self.config_json)
         argv = render.gateway_argv(gateway)
         envs = [f"GATEWAY_PORT={gateway.port}"]  # the image's healthcheck probes it
@@ -86,7 +117,13 @@ class Gateway(pulumi.ComponentResource):
             name,
             ConfiguredSpec(
                 container_name=containers.generation_named(
-                    gateway.container_name, image, argv, envs, labels, jobs_dir=jobs_dir
+                    gateway.container_name,
+                    image,
+                    argv,
+                    envs,
+                    labels,
+                    jobs_dir=jobs_dir,
+                    jobs_store=shared_store(args),
                 ),
                 image=image,
                 argv=argv,

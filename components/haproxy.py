@@ -179,7 +179,7 @@ def haproxy_spec(settings: FleetSettings, plan: FleetPlan) -> HaproxySpec:
         port=balancer.port,
         backends=backends,
         jobs_backend=balancer.jobs_backend.host.name,
-        shared_jobs=settings.jobs_store_url is not None,
+        shared_jobs=settings.shares_jobs,
         check_interval_s=balancer.check_interval_s,
         request_timeout_s=gateway.http.request_deadline_s + 30,
         header_timeout_s=gateway.server.header_timeout_s,

@@ -75,6 +75,8 @@ def planned_names(plan: FleetPlan) -> dict[str, list[str]]:
         names[plan.monitoring.host.name].append(plan.monitoring.container_name)
         for host in plan.monitoring.exporter_hosts:
             names[host.name].append(plan.monitoring.exporter_name)
+    if plan.job_store is not None:
+        names[plan.job_store.host.name].append(plan.job_store.container_name)
     return names
 
 

@@ -34,6 +34,7 @@ from gateway.config.store_url import check_postgres_url
 
 AcceleratorName = Literal["ascend", "nvidia", "sim"]
 GatewayLayout = Literal["single", "per-host"]
+JobsStore = Literal["sqlite", "postgres"]
 LOCAL_DOCKER = "unix:///var/run/docker.sock"
 
 
@@ -305,6 +306,21 @@ class FleetSettings(_Model):
         "by every gateway (gateway/jobs/postgres.py); unset: each gateway's own SQLite store",
     )
 
+    jobs_store: JobsStore = Field(
+        default="sqlite",
+        description="sqlite: each gateway's own store; postgres: the stack deploys a PostgreSQL "
+        "every gateway keeps its jobs in (components/jobstore.py)",
+    )
+    jobs_store_host: str | None = Field(
+        default=None, description="with jobsStore postgres: its host (default: the first gateway's)"
+    )
+    jobs_store_port: int = Field(default=5432, ge=1, le=65535)
+    jobs_store_data_dir: str | None = Field(
+        default=None,
+        description="host folder of the stack's PostgreSQL (default "
+        "/var/lib/paddleocr-fleet/<stack>/postgres); it outlives the container",
+    )
+
     @field_validator("jobs_store_url")
     @classmethod
     def _store_url(cls, url: SecretStr | None) -> SecretStr | None:
@@ -327,7 +343,7 @@ class FleetSettings(_Model):
             _check_token(token)
         return tokens
 
-    @field_validator("model_dir", "gateway_jobs_dir", "prometheus_data_dir")
+    @field_validator("model_dir", "gateway_jobs_dir", "prometheus_data_dir", "jobs_store_data_dir")
     @classmethod
     def _host_dir_absolute(cls, path: str | None) -> str | None:
         if path is not None and not path.startswith("/"):
@@ -351,6 +367,11 @@ class FleetSettings(_Model):
     @property
     def balancer_settings(self) -> BalancerSettings:
         return self.balancer or BalancerSettings()
+
+    @property
+    def shares_jobs(self) -> bool:
+        """Every gateway keeps its jobs in one PostgreSQL: the stack's own or `jobsStoreUrl`."""
+        return self.jobs_store_url is not None or self.jobs_store == "postgres"
 
     @property
     def gateway_host_settings(self) -> HostSettings:
@@ -561,6 +582,7 @@ def _check_cross_field(settings: FleetSettings) -> None:
             f"config key 'gatewayHost': no host named {settings.gateway_host!r} (hosts: {names})"
         )
     _check_layout(settings, names)
+    _check_jobs_store(settings, names)
     if settings.recycle is not None:
         taken = sorted(set(settings.tokens) | set(settings.admin_tokens))
         if RECYCLER_TOKEN_NAME in taken:
@@ -598,6 +620,29 @@ def _check_layout(settings: FleetSettings, names: list[str]) -> None:
     host = settings.balancer_settings.host
     if host is not None and host not in names:
         raise ConfigError(f"config key 'balancer.host': no host named {host!r} (hosts: {names})")
+
+
+def _check_jobs_store(settings: FleetSettings, names: list[str]) -> None:
+    if settings.jobs_store == "sqlite":
+        given = sorted(
+            to_camel(field)
+            for field in ("jobs_store_host", "jobs_store_port", "jobs_store_data_dir")
+            if field in settings.model_fields_set
+        )
+        if given:
+            raise ConfigError(
+                f"config key '{given[0]}': used only with jobsStore postgres (`pulumi config set "
+                "jobsStore postgres`), or remove it"
+            )
+        return
+    if settings.jobs_store_url is not None:
+        raise ConfigError(
+            "config keys 'jobsStore'/'jobsStoreUrl': jobsStore postgres deploys the stack's own "
+            "PostgreSQL, jobsStoreUrl points at an existing one; give one of them"
+        )
+    host = settings.jobs_store_host
+    if host is not None and host not in names:
+        raise ConfigError(f"config key 'jobsStoreHost': no host named {host!r} (hosts: {names})")
 
 
 def _check_gateway_section(section: dict[str, Any]) -> None:

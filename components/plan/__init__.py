@@ -184,6 +184,30 @@ class MonitoringPlan(_Listening):
 
 
 @dataclass(frozen=True)
+class JobStorePlan:
+    """The stack's own PostgreSQL (config `jobsStore: postgres`) and the gateways it serves."""
+
+    host: HostPlan
+    port: int
+    container_name: str
+    gateways: tuple[GatewayPlan, ...]
+
+    @property
+    def remote(self) -> bool:
+        """Whether a gateway on another host reaches it: then it listens on every address
+        (with password authentication), else on its host's loopback alone."""
+        return any(g.host.name != self.host.name for g in self.gateways)
+
+    @property
+    def listen_addresses(self) -> str:
+        return "*" if self.remote else "127.0.0.1"
+
+    def address_for(self, gateway: GatewayPlan) -> str:
+        """Where `gateway` reaches it: its host's loopback, or the host's address."""
+        return "127.0.0.1" if gateway.host.name == self.host.name else self.host.address
+
+
+@dataclass(frozen=True)
 class FleetPlan:
     hosts: tuple[HostPlan, ...]
     cards: tuple[CardPlan, ...]
@@ -192,6 +216,8 @@ class FleetPlan:
     """Set in the per-host layout (`gatewayLayout: per-host`), in front of the gateways."""
     monitoring: MonitoringPlan | None = None
     """Prometheus (config key `monitoring`)."""
+    job_store: JobStorePlan | None = None
+    """The stack's own PostgreSQL (config key `jobsStore: postgres`)."""
 
     @property
     def layout(self) -> str:
@@ -335,7 +361,16 @@ def build_plan(settings: FleetSettings) -> FleetPlan:
             f"{name}-exporter",
             with_cards,
         )
-    plan = FleetPlan(tuple(hosts), tuple(cards), gateways, balancer, monitoring)
+    job_store = None
+    if settings.jobs_store == "postgres":
+        wanted = settings.jobs_store_host or gateways[0].host.name
+        job_store = JobStorePlan(
+            next(h for h in hosts if h.name == wanted),
+            settings.jobs_store_port,
+            f"{settings.gateway_container_name}-postgres",
+            gateways,
+        )
+    plan = FleetPlan(tuple(hosts), tuple(cards), gateways, balancer, monitoring, job_store)
     _check_ports(plan, settings)
     return plan
 
@@ -405,13 +440,22 @@ def _check_ports(plan: FleetPlan, settings: FleetSettings) -> None:
         used[(prometheus.host.name, prometheus.port)].append(("Prometheus", "prometheusPort"))
         for host in prometheus.exporter_hosts:
             used[(host.name, prometheus.exporter_port)].append(("the exporter", "exporterPort"))
+    if plan.job_store is not None:
+        store = plan.job_store
+        used[(store.host.name, store.port)].append(("PostgreSQL", "jobsStorePort"))
     for (host, port), users in used.items():
         if not 1 <= port <= 65535:
             label, key = users[0]
             raise ConfigError(f"config key '{key}': port {port} of {label} is outside 1..65535")
         if len(users) > 1:
             keys = sorted({k for _, k in users})
-            services = {"gatewayPort", "balancer.port", "keeperPort", "prometheusPort"}
+            services = {
+                "gatewayPort",
+                "balancer.port",
+                "keeperPort",
+                "prometheusPort",
+                "jobsStorePort",
+            }
             if not (services | {"exporterPort"}) & set(keys):
                 keys.append("portStride")
             names = " and ".join(label for label, _ in users)

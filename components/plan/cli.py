@@ -54,6 +54,12 @@ def render_matrix(plan: FleetPlan) -> str:
             f"balancer {balancer.container_name} ({balancer.kind}) on host {balancer.host.name}: "
             f"{balancer.url} -> {len(balancer.backends)} gateways (leastconn)"
         )
+    store = plan.job_store
+    if store is not None:
+        lines.append(
+            f"job store {store.container_name} (PostgreSQL) on host {store.host.name}: "
+            f"port {store.port}, listening on {store.listen_addresses}"
+        )
     return "\n".join(lines)
 
 
