@@ -39,6 +39,7 @@ from gateway.schemas import install_openapi
 from gateway.settings import Settings, load_settings
 from gateway.status import router as status_router
 from gateway.urlguard import Resolver
+from gateway.uvicorn_adapter import serving_plan
 
 __all__ = ["ROUTES", "create_app", "error_response", "gateway_error_response"]
 
@@ -108,20 +109,23 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    app.state.serving_plan = plan = serving_plan()
     # added last = outermost: the context exists before the body deadline can fire
     app.add_middleware(
         BodyDeadlineMiddleware, timeout=lambda: runtime.settings.server.body_timeout_s
     )
     app.add_middleware(RequestContextMiddleware, runtime=runtime, routes=ROUTES)
-    for path, handler in HOT_ROUTES.items():
-        app.serve_hot(path, handler)
-    app.wrap_hot(
-        lambda inner: BodyDeadlineMiddleware(
-            inner, timeout=lambda: runtime.settings.server.body_timeout_s
+    app.state.hot = None
+    if plan.fast:  # else the routers' declarations serve the hot routes (uvicorn_adapter)
+        for path, handler in HOT_ROUTES.items():
+            app.serve_hot(path, handler)
+        app.wrap_hot(
+            lambda inner: BodyDeadlineMiddleware(
+                inner, timeout=lambda: runtime.settings.server.body_timeout_s
+            )
         )
-    )
-    app.wrap_hot(lambda inner: RequestContextMiddleware(inner, runtime=runtime, routes=ROUTES))
-    app.state.hot = HotServer(app, runtime)
+        app.wrap_hot(lambda inner: RequestContextMiddleware(inner, runtime=runtime, routes=ROUTES))
+        app.state.hot = HotServer(app, runtime)
     install_exception_handlers(app)
     for module in (ocr, native, admin, drain, jobs_router):
         app.include_router(module.router)
