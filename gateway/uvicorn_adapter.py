@@ -331,19 +331,19 @@ def serving_plan(classes: Classes | None = None) -> ServingPlan:
             f"uvicorn adapter cannot attach the connection bounds ({written}): "
             f"{'; '.join(problems['bounds'])}; serving with uvicorn's stock protocols",
         )
+    if problems["fast"]:
+        reasons.append("fast path off: " + "; ".join(problems["fast"]))
+        _log_once(
+            logging.WARNING,
+            f"uvicorn adapter cannot attach the fast path ({written}): "
+            f"{'; '.join(problems['fast'])}; every route is served through FastAPI's routing",
+        )
     fast = not problems["fast"]
     if os.environ.get(FAST_PATH_ENV, "1").strip() == "0":
         fast = False
         reasons.append(f"fast path off: {FAST_PATH_ENV}=0")
         _log_once(
             logging.WARNING, f"{FAST_PATH_ENV}=0: every route is served through FastAPI's routing"
-        )
-    elif not fast:
-        reasons.append("fast path off: " + "; ".join(problems["fast"]))
-        _log_once(
-            logging.WARNING,
-            f"uvicorn adapter cannot attach the fast path ({written}): "
-            f"{'; '.join(problems['fast'])}; every route is served through FastAPI's routing",
         )
     return ServingPlan(not problems["bounds"], fast, tuple(reasons))
 
