@@ -440,19 +440,17 @@ class GatewayHttpToolsProtocol(BoundedHttpToolsProtocol):
         self._body_parts: list[bytes] = []  # body bytes not yet handed to the app
         self._body_pending = 0
 
+    head_writer = _HeadWithBody
+
     def on_headers_complete(self) -> None:
         self._body_parts, self._body_pending = [], 0
-        previous = self.current_cycle()
         super().on_headers_complete()
-        cycle = self.current_cycle()
-        if cycle is not None and cycle is not previous:  # its task has not run yet
-            self.write_head_with_body(cycle, _HeadWithBody)
 
     def on_body(self, body: bytes) -> None:
         """Gather the body and hand it to the app in one piece (at its end, or every
         :data:`BODY_HANDOFF_BYTES`), not in uvicorn's pieces of 64 KiB: one wake-up of the
         request's task and one copy instead of one of each per piece read."""
-        if self.cycle_done() or self.upgrading():
+        if self.body_unwanted():
             return
         self._body_parts.append(body)
         self._body_pending += len(body)

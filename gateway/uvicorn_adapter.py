@@ -367,23 +367,16 @@ class Exchange:
     """One request served by the fast path: uvicorn's request cycle, seen through what the
     hot path needs."""
 
-    __slots__ = ("_cycle", "transport")
+    __slots__ = ("_cycle", "default_headers", "receive", "scope", "send", "transport")
 
     def __init__(self, cycle: Any, transport: asyncio.Transport) -> None:
         self._cycle = cycle
         self.transport = transport  # the connection's own (not the cycle's head-with-body one)
-
-    @property
-    def scope(self) -> Any:
-        return self._cycle.scope
-
-    @property
-    def receive(self) -> Callable[[], Coroutine[Any, Any, Any]]:
-        return self._cycle.receive
-
-    @property
-    def send(self) -> Callable[[Any], Coroutine[Any, Any, None]]:
-        return self._cycle.send
+        # fixed for the cycle's life: plain attributes (no call per read on the hot path)
+        self.scope: Any = cycle.scope
+        self.receive: Callable[[], Coroutine[Any, Any, Any]] = cycle.receive
+        self.send: Callable[[Any], Coroutine[Any, Any, None]] = cycle.send
+        self.default_headers: list[tuple[bytes, bytes]] = cycle.default_headers
 
     @property
     def disconnected(self) -> bool:
@@ -396,10 +389,6 @@ class Exchange:
     @property
     def keep_alive(self) -> bool:
         return bool(self._cycle.keep_alive)
-
-    @property
-    def default_headers(self) -> list[tuple[bytes, bytes]]:
-        return self._cycle.default_headers
 
     def close_after(self) -> None:
         """The connection closes after this answer."""
@@ -465,18 +454,6 @@ def remember_body(request: Request, body: bytes) -> None:
     request._body = body
 
 
-def start_task(protocol: Any, coroutine: Coroutine[Any, Any, None]) -> None:
-    """Run ``coroutine`` as a request task of ``protocol`` as uvicorn 0.54's
-    ``_start_asgi_task`` runs one: in an empty context when ``reset_contextvars`` is set, and
-    tracked in the server's tasks (graceful shutdown waits for them)."""
-    if protocol.config.reset_contextvars:
-        task = protocol.loop.create_task(coroutine, context=contextvars.Context())
-    else:
-        task = protocol.loop.create_task(coroutine)
-    task.add_done_callback(protocol.tasks.discard)
-    protocol.tasks.add(task)
-
-
 class H11Base(H11Protocol):
     """uvicorn's h11 protocol with its private hooks under public names."""
 
@@ -516,15 +493,12 @@ class HttpToolsBase(HttpToolsProtocol):
     def close_after_response(self) -> None:
         close_after_response(self)
 
-    def upgrading(self) -> bool:
-        """This request asks for a WebSocket upgrade uvicorn will perform."""
+    def body_unwanted(self) -> bool:
+        """Body bytes arriving now go nowhere: the answer is complete, or uvicorn upgrades
+        the connection to a WebSocket."""
+        if self.cycle.response_complete:
+            return True
         return bool(self.parser.should_upgrade() and self._should_upgrade())
-
-    def current_cycle(self) -> Any:
-        return self.cycle
-
-    def cycle_done(self) -> bool:
-        return bool(self.cycle.response_complete)
 
     def hand_over_body(self, data: bytes) -> None:
         """Give ``data`` to the current request's ``receive`` (and wake it)."""
@@ -536,9 +510,16 @@ class HttpToolsBase(HttpToolsProtocol):
         """Stop reading from the client until the current request's answer is sent."""
         self.flow.pause_reading()
 
-    def write_head_with_body(self, cycle: Any, wrap: Callable[[Any], Any]) -> None:
-        """Replace ``cycle``'s transport (before its task runs) by ``wrap(transport)``."""
-        cycle.transport = wrap(self.transport)
+    head_writer: Callable[[asyncio.Transport], Any] | None = None
+    """When set, each new request cycle writes through ``head_writer(transport)`` (set
+    before its task runs), e.g. to send the response head with the first body bytes."""
+
+    def on_headers_complete(self) -> None:
+        previous = self.cycle
+        super().on_headers_complete()
+        cycle = self.cycle
+        if self.head_writer is not None and cycle is not None and cycle is not previous:
+            cycle.transport = self.head_writer(self.transport)
 
     def claim(self, exchange: Exchange) -> Coroutine[Any, Any, None] | None:
         """Override: a coroutine that serves this request instead of the ASGI app, or None."""
@@ -548,5 +529,12 @@ class HttpToolsBase(HttpToolsProtocol):
         serve = self.claim(Exchange(cycle, self.transport))
         if serve is None:
             super()._start_asgi_task(cycle, app)
+            return
+        # as uvicorn 0.54 starts its own: in a fresh context under reset_contextvars, and
+        # tracked in the server's tasks (graceful shutdown waits for them)
+        if self.config.reset_contextvars:
+            task = self.loop.create_task(serve, context=contextvars.Context())
         else:
-            start_task(self, serve)
+            task = self.loop.create_task(serve)
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
