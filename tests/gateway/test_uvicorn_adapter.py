@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import base64
 import contextvars
+import json
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -183,32 +183,25 @@ def test_a_real_gateway_in_fallback_mode_serves_ocr(tmp_path):
     """``python -m gateway`` with GATEWAY_FAST_PATH=0, in front of a PaddleX double."""
     double = PaddlexDouble().start()
     config = tmp_path / "gateway.json"
-    config.write_text(
-        __import__("json").dumps({**gateway_config([double.url]), "reload": {"enabled": False}})
-    )
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    config.write_text(json.dumps({**gateway_config([double.url]), "reload": {"enabled": False}}))
     env = {**os.environ, adapter.FAST_PATH_ENV: "0", "PYTHONPATH": str(ROOT)}
+    # port 0: the process binds a free port and logs it ("Uvicorn running on"), no race
     command = [sys.executable, "-m", "gateway", "--config", str(config)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "info"]
+    command += ["--host", "127.0.0.1", "--port", "0", "--log-level", "info"]
     log = tmp_path / "gateway.log"
     with log.open("w") as out:
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
+        while not (found := re.search(r"running on http://127\.0\.0\.1:(\d+)", log.read_text())):
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{found.group(1)}"
         with httpx.Client(base_url=url, trust_env=False, timeout=30) as client:
-            while True:
-                assert proc.poll() is None, log.read_text()
+            while client.get("/ready").status_code != 200:
                 assert time.monotonic() < deadline, log.read_text()
-                try:
-                    if client.get("/ready").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.1)
+                time.sleep(0.05)
             document = base64.b64encode(png_bytes()).decode()
             answer = client.post("/ocr", json={"base64": document})
             unknown = client.post("/ocr", content=b"{", headers={"content-type": "x/y"})
