@@ -21,6 +21,7 @@ from starlette.responses import Response
 from gateway.errors import InputError
 from gateway.runtime import Runtime
 from gateway.wire import jsonfast
+from gateway.wire.uvicorn_adapter import remember_body
 
 JSON_TYPE = (b"content-type", b"application/json")
 
@@ -86,5 +87,5 @@ async def read_body(request: Request, cap: int) -> bytes:
             )
         chunks.append(chunk)
     body = b"".join(chunks)
-    request._body = body  # lets request.form() parse what we already read
+    remember_body(request, body)  # lets request.form() parse what we already read
     return body

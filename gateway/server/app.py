@@ -43,6 +43,7 @@ from gateway.server.middleware import RequestContextMiddleware
 from gateway.shared.occupancy import Seat
 from gateway.status import router as status_router
 from gateway.wire.urlguard import Resolver
+from gateway.wire.uvicorn_adapter import serving_plan
 
 __all__ = ["ROUTERS", "create_app", "hot_handlers"]
 
@@ -87,6 +88,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    app.state.serving_plan = plan = serving_plan()
     # added last = outermost: the context exists before the body deadline can fire
     app.add_middleware(
         BodyDeadlineMiddleware, timeout=lambda: runtime.settings.server.body_timeout_s
@@ -95,17 +97,19 @@ def create_app(
     install_exception_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
-    for path, handler in hot_handlers(ROUTERS).items():
-        app.serve_hot(path, handler)
-    app.wrap_hot(
-        lambda inner: BodyDeadlineMiddleware(
-            inner, timeout=lambda: runtime.settings.server.body_timeout_s
+    app.state.hot = None
+    if plan.fast:  # else the routers' declarations serve the hot routes (wire.uvicorn_adapter)
+        for path, handler in hot_handlers(ROUTERS).items():
+            app.serve_hot(path, handler)
+        app.wrap_hot(
+            lambda inner: BodyDeadlineMiddleware(
+                inner, timeout=lambda: runtime.settings.server.body_timeout_s
+            )
         )
-    )
-    app.wrap_hot(
-        lambda inner: RequestContextMiddleware(inner, runtime=runtime, routes=COUNTED_PATHS)
-    )
-    app.state.hot = HotServer(app, runtime)
+        app.wrap_hot(
+            lambda inner: RequestContextMiddleware(inner, runtime=runtime, routes=COUNTED_PATHS)
+        )
+        app.state.hot = HotServer(app, runtime)
     install_openapi(app)
     return app
 

@@ -33,13 +33,19 @@ from typing import TYPE_CHECKING, Any
 
 import h11
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-from uvicorn.protocols.utils import get_remote_addr
 
 from gateway.config.settings import ServerSettings
 from gateway.errors import InputError
 from gateway.observability.context import fresh_request_id
+from gateway.wire.uvicorn_adapter import (
+    Exchange,
+    H11Base,
+    HttpToolsBase,
+    ServingPlan,
+    arrival_event,
+    peer_address,
+    serving_plan,
+)
 
 if TYPE_CHECKING:
     from gateway.server.hot_path import GatewayApp, HotServer
@@ -63,9 +69,7 @@ def deadline_receive(receive: Receive, limit: float) -> Receive:
     seconds from now (BodyTimeout past it); waits after the body are not bounded."""
     deadline = asyncio.get_running_loop().time() + limit
     complete = False
-    # uvicorn's request cycle sets this event when a message waits: no timer is needed
-    cycle = getattr(receive, "__self__", None)
-    arrived: asyncio.Event | None = getattr(cycle, "message_event", None)
+    arrived = arrival_event(receive)  # set while a message waits: no timer is needed
 
     async def timed_receive() -> Message:
         nonlocal complete
@@ -123,13 +127,13 @@ class _Bounded:
     settings (set by :func:`protocol_class`)."""
 
     limits: Callable[[], ServerSettings] = staticmethod(ServerSettings)
-    # provided by the uvicorn protocol the subclass also derives from
-    connections: set[Any]
+    # provided by the adapter's protocol base the subclass also derives from
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
-    _unset_keepalive_if_required: Callable[[], None]
-    server_state: Any
-    cycle: Any
+    stop_keepalive_timer: Callable[[], None]
+    open_clients: Callable[[], list[tuple[str, int] | None]]
+    server_draining: Callable[[], bool]
+    close_after_response: Callable[[], None]
 
     def _init_bounds(self) -> None:
         self._header_timer: asyncio.TimerHandle | None = None
@@ -144,9 +148,8 @@ class _Bounded:
         """While the server drains (:mod:`gateway.server.serving`), a request that has just started
         is answered with ``Connection: close``: the client opens its next connection to
         whoever listens now instead of reusing this one."""
-        cycle = self.cycle
-        if cycle is not None and getattr(self.server_state, "draining", False):
-            cycle.keep_alive = False
+        if self.server_draining():
+            self.close_after_response()
 
     def _reading_body(self) -> bool:
         raise NotImplementedError
@@ -161,9 +164,10 @@ class _Bounded:
     # ------------------------------------------------------------------ connection caps
     def _admit_connection(self, transport: asyncio.Transport, opened: Callable[[], None]) -> None:
         limits = self.limits()
-        peer = get_remote_addr(transport)
-        total = len(self.connections)
-        mine = sum(1 for c in self.connections if peer and c.client and c.client[0] == peer[0])
+        peer = peer_address(transport)
+        clients = self.open_clients()
+        total = len(clients)
+        mine = sum(1 for c in clients if peer and c and c[0] == peer[0])
         opened()
         if total >= limits.max_connections:
             self._refuse(
@@ -189,7 +193,7 @@ class _Bounded:
         """Answer, stop sending, drop what the client still sends for a moment, close."""
         self._refused = True
         self._cancel_timers()
-        self._unset_keepalive_if_required()
+        self.stop_keepalive_timer()
         if self.transport.is_closing():
             return
         self.transport.write(error_bytes(status, code, message, retry_after))
@@ -274,7 +278,7 @@ class _Bounded:
         self.transport.close()
 
 
-class GatewayH11Protocol(_Bounded, H11Protocol):
+class GatewayH11Protocol(_Bounded, H11Base):
     """uvicorn's h11 protocol with the bounds of the module doc."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -282,22 +286,22 @@ class GatewayH11Protocol(_Bounded, H11Protocol):
         self._init_bounds()
 
     def _awaiting_head(self) -> bool:
-        return self.conn.their_state is h11.IDLE
+        return self.h11().their_state is h11.IDLE
 
     def _reading_body(self) -> bool:
-        return self.conn.their_state is h11.SEND_BODY
+        return self.h11().their_state is h11.SEND_BODY
 
     def _head_limit(self) -> int:
-        return self.config.h11_max_incomplete_event_size or self.limits().max_header_bytes
+        return self.configured_head_limit() or self.limits().max_header_bytes
 
     def _head_length(self, data: bytes) -> int:
         # h11 bounds only a head that arrives in pieces; this bounds one that arrives whole
-        buffered = bytes(self.conn.trailing_data[0]) + data
+        buffered = bytes(self.h11().trailing_data[0]) + data
         end = buffered.find(b"\r\n\r\n")
         return end if end >= 0 else len(buffered)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._admit_connection(transport, lambda: H11Protocol.connection_made(self, transport))
+        self._admit_connection(transport, lambda: H11Base.connection_made(self, transport))
 
     def data_received(self, data: bytes) -> None:
         if self._before_data(data):
@@ -308,8 +312,9 @@ class GatewayH11Protocol(_Bounded, H11Protocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._sync_timers()
-        if self.conn.their_state is h11.IDLE and self.conn.trailing_data[0]:
-            self._head_bytes = len(self.conn.trailing_data[0])
+        conn = self.h11()
+        if conn.their_state is h11.IDLE and conn.trailing_data[0]:
+            self._head_bytes = len(conn.trailing_data[0])
             if self._header_timer is None:
                 self._arm_header_timer()
 
@@ -360,12 +365,9 @@ class _HeadWithBody:
         return getattr(self._transport, name)
 
 
-class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
+class BoundedHttpToolsProtocol(_Bounded, HttpToolsBase):
     """uvicorn's httptools protocol (a C parser: about a third of h11's CPU per request) with
-    the bounds of the module doc, serving the hot routes with ``hot`` (set by
-    :func:`protocol_class`)."""
-
-    hot: HotServer | None = None
+    the bounds of the module doc."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -374,8 +376,6 @@ class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
         self._body_done = False  # and its body
         self._head_tail = b""  # the last bytes of a head still arriving (to find its end)
         self._head_seen = 0
-        self._body_parts: list[bytes] = []  # body bytes not yet handed to the app
-        self._body_pending = 0
 
     def _awaiting_head(self) -> bool:
         return not self._head_done
@@ -393,9 +393,7 @@ class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
         return self._head_seen
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._admit_connection(
-            transport, lambda: HttpToolsProtocol.connection_made(self, transport)
-        )
+        self._admit_connection(transport, lambda: HttpToolsBase.connection_made(self, transport))
 
     def data_received(self, data: bytes) -> None:
         if self._before_data(data):
@@ -406,35 +404,10 @@ class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_done, self._body_done = True, False
         self._head_tail, self._head_seen = b"", 0
-        self._body_parts, self._body_pending = [], 0
-        previous = self.cycle
         super().on_headers_complete()
-        if self.cycle is not None and self.cycle is not previous:  # its task has not run yet
-            self.cycle.transport = _HeadWithBody(self.transport)  # type: ignore[assignment]
-
-    def on_body(self, body: bytes) -> None:
-        """Gather the body and hand it to the app in one piece (at its end, or every
-        :data:`BODY_HANDOFF_BYTES`), not in uvicorn's pieces of 64 KiB: one wake-up of the
-        request's task and one copy instead of one of each per piece read."""
-        cycle = self.cycle
-        if cycle.response_complete or (self.parser.should_upgrade() and self._should_upgrade()):
-            return
-        self._body_parts.append(body)
-        self._body_pending += len(body)
-        if self._body_pending >= BODY_HANDOFF_BYTES:
-            self._hand_body_off()
-            self.flow.pause_reading()
-
-    def _hand_body_off(self) -> None:
-        parts, self._body_parts, self._body_pending = self._body_parts, [], 0
-        if parts:
-            cycle = self.cycle
-            cycle.body = b"".join(parts) if not cycle.body else cycle.body + b"".join(parts)
-            cycle.message_event.set()
 
     def on_message_complete(self) -> None:
         self._body_done = True
-        self._hand_body_off()
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
@@ -442,18 +415,6 @@ class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
         if self._body_done:
             self._head_done = False  # the next bytes start the next request's head
         self._sync_timers()
-
-    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
-        """Start serving a request: a hot route from the cycle (:class:`HotServer`), any other
-        through the ASGI app."""
-        hot = self.hot
-        handler = None if hot is None else hot.handler(cycle.scope)
-        if handler is None:
-            super()._start_asgi_task(cycle, app)
-            return
-        task = self.loop.create_task(hot.serve(cycle, self.transport, handler))
-        task.add_done_callback(self.tasks.discard)
-        self.tasks.add(task)
 
     def eof_received(self) -> None:
         if self._refused:
@@ -467,13 +428,73 @@ class GatewayHttpToolsProtocol(_Bounded, HttpToolsProtocol):
         self._malformed()
 
 
+class GatewayHttpToolsProtocol(BoundedHttpToolsProtocol):
+    """The bounded httptools protocol with the fast path: the body handed to the app in one
+    piece, the response head written with the first body bytes, and the hot routes served
+    with ``hot`` (set by :func:`protocol_class`)."""
+
+    hot: HotServer | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._body_parts: list[bytes] = []  # body bytes not yet handed to the app
+        self._body_pending = 0
+
+    head_writer = _HeadWithBody
+
+    def on_headers_complete(self) -> None:
+        self._body_parts, self._body_pending = [], 0
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        """Gather the body and hand it to the app in one piece (at its end, or every
+        :data:`BODY_HANDOFF_BYTES`), not in uvicorn's pieces of 64 KiB: one wake-up of the
+        request's task and one copy instead of one of each per piece read."""
+        if self.body_unwanted():
+            return
+        self._body_parts.append(body)
+        self._body_pending += len(body)
+        if self._body_pending >= BODY_HANDOFF_BYTES:
+            self._hand_body_off()
+            self.pause_input()
+
+    def _hand_body_off(self) -> None:
+        parts, self._body_parts, self._body_pending = self._body_parts, [], 0
+        if parts:
+            self.hand_over_body(b"".join(parts))
+
+    def on_message_complete(self) -> None:
+        self._hand_body_off()
+        super().on_message_complete()
+
+    def claim(self, exchange: Exchange) -> Any:
+        """A hot route's request is served from the cycle (:class:`HotServer`)."""
+        hot = self.hot
+        handler = None if hot is None else hot.handler(exchange.scope)
+        return None if handler is None else hot.serve(exchange, handler)  # type: ignore[union-attr]
+
+
 def protocol_class(
-    limits: Callable[[], ServerSettings], http: str = "httptools", hot: HotServer | None = None
-) -> type[_Bounded]:
+    limits: Callable[[], ServerSettings],
+    http: str = "httptools",
+    hot: HotServer | None = None,
+    plan: ServingPlan | None = None,
+) -> type[_Bounded] | str:
     """A bounded uvicorn protocol (``http``: ``httptools`` or ``h11``) reading its bounds
-    from ``limits()``; with httptools, ``hot`` serves the hot routes below ASGI."""
-    base = GatewayHttpToolsProtocol if http == "httptools" else GatewayH11Protocol
-    return type(f"Bound{base.__name__}", (base,), {"limits": staticmethod(limits), "hot": hot})
+    from ``limits()``; with httptools and the fast path (``plan``, default
+    :func:`serving_plan`), ``hot`` serves the hot routes below ASGI. When the adapter cannot
+    attach the bounds, uvicorn's own protocol (its name)."""
+    plan = plan or serving_plan()
+    if not plan.bounds:
+        return http
+    if http == "httptools":
+        base: type[_Bounded] = GatewayHttpToolsProtocol if plan.fast else BoundedHttpToolsProtocol
+    else:
+        base = GatewayH11Protocol
+    attrs: dict[str, Any] = {"limits": staticmethod(limits)}
+    if base is GatewayHttpToolsProtocol:
+        attrs["hot"] = hot
+    return type(f"Bound{base.__name__}", (base,), attrs)
 
 
 def uvicorn_options(app: GatewayApp) -> dict[str, Any]:
@@ -481,8 +502,9 @@ def uvicorn_options(app: GatewayApp) -> dict[str, Any]:
     size are read at start-up; the timeouts and caps at every connection) and its hot routes."""
     runtime = app.state.runtime
     server = runtime.settings.server
+    plan = getattr(app.state, "serving_plan", None)
     return {
-        "http": protocol_class(lambda: runtime.settings.server, server.http, app.state.hot),
+        "http": protocol_class(lambda: runtime.settings.server, server.http, app.state.hot, plan),
         "timeout_keep_alive": server.keep_alive_s,
         "h11_max_incomplete_event_size": server.max_header_bytes,
     }

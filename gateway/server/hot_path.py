@@ -9,17 +9,21 @@ functions that check their own token (:func:`gateway.access.control.admitted`) a
 errors. They are served in one of two ways, with the same request id, metrics, access log and
 body deadline as every other route:
 
-- :class:`HotServer` (the gateway's httptools protocol, :mod:`gateway.server.connections`): straight
-  from uvicorn's request cycle. The body is read with the cycle's own ``receive`` (under
-  :func:`gateway.server.connections.deadline_receive`, as the middleware reads it), the answer is
-  written to the connection as one response, without ASGI's response messages, uvicorn's ``send`` or
-  the middleware chain. A request that names a forwarding proxy (``X-Forwarded-*`` headers,
-  which uvicorn's proxy-headers middleware would read) takes the ASGI way instead.
+- :class:`HotServer` (the gateway's httptools protocol, :mod:`gateway.server.connections`):
+  straight from uvicorn's request cycle, seen through
+  :class:`gateway.wire.uvicorn_adapter.Exchange`. The body is read with the cycle's own
+  ``receive`` (under :func:`gateway.server.connections.deadline_receive`, as the middleware
+  reads it), the answer is written to the connection as one response, without ASGI's response
+  messages, uvicorn's ``send`` or the middleware chain. A request that names a forwarding proxy
+  (``X-Forwarded-*`` headers, which uvicorn's proxy-headers middleware would read) takes the
+  ASGI way instead.
 - :class:`GatewayApp` (ASGI): called directly inside the request middleware, for the h11
   protocol and any other server.
 
 The routes stay declared on their routers too, so ``/openapi.json`` describes them and
-anything but their ``POST`` (a ``GET``, a ``HEAD``) gets FastAPI's answer.
+anything but their ``POST`` (a ``GET``, a ``HEAD``) gets FastAPI's answer. When the fast path
+is off (``GATEWAY_FAST_PATH=0``, or the adapter cannot attach: :mod:`gateway.wire.uvicorn_adapter`)
+no route is registered here and those declarations serve them.
 
 Usage::
 
@@ -31,11 +35,10 @@ Usage::
 
 from __future__ import annotations
 
-import asyncio
 import http
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from starlette.requests import Request
@@ -45,6 +48,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.api.errors import error_for
 from gateway.server.connections import deadline_receive
 from gateway.server.middleware import open_context, record
+from gateway.wire.uvicorn_adapter import Exchange
 
 if TYPE_CHECKING:
     from gateway.runtime import Runtime
@@ -109,14 +113,13 @@ class HotServer:
                 return None
         return handler
 
-    async def serve(self, cycle: Any, transport: asyncio.Transport, handler: Handler) -> None:
-        """Serve one request of ``cycle`` (uvicorn's ``RequestResponseCycle``) with
-        ``handler``, answering on ``transport`` (the connection's own)."""
-        scope = cycle.scope
+    async def serve(self, exchange: Exchange, handler: Handler) -> None:
+        """Serve one request of ``exchange`` with ``handler``, answering on the connection."""
+        scope = exchange.scope
         scope["app"] = self.app
         context = open_context(scope)
         status = 500
-        receive = deadline_receive(cycle.receive, self.runtime.settings.server.body_timeout_s)
+        receive = deadline_receive(exchange.receive, self.runtime.settings.server.body_timeout_s)
         try:
             request = Request(scope, receive)
             try:
@@ -125,47 +128,41 @@ class HotServer:
                 response = error_for(request, exc)
             status = response.status_code
             if type(response).__call__ is not Response.__call__ or response.background:
-                await response(scope, receive, cycle.send)  # not one whole body: uvicorn's send
-            elif not cycle.disconnected:
-                self._write(cycle, transport, response, context.request_id)
+                await response(scope, receive, exchange.send)  # not one whole body: uvicorn's send
+            elif not exchange.disconnected:
+                self._write(exchange, response, context.request_id)
         except BaseException as exc:
             log.error("unexpected error answering %s", scope["path"], exc_info=exc)
-            if not cycle.response_started and not cycle.disconnected:
+            if not exchange.started and not exchange.disconnected:
                 status = 500
                 answer = Response(b"Internal Server Error", 500)
-                self._write(cycle, transport, answer, context.request_id)
+                self._write(exchange, answer, context.request_id)
             else:
-                transport.close()
+                exchange.transport.close()
             if not isinstance(exc, Exception):
                 raise
         finally:
             record(self.runtime, scope, context, scope["path"], status)
 
     @staticmethod
-    def _write(cycle: Any, transport: asyncio.Transport, response: Response, rid: str) -> None:
+    def _write(exchange: Exchange, response: Response, rid: str) -> None:
         """The whole response in one ``writev``, as uvicorn's ``send`` would have written it."""
         status = response.status_code
         line = _STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status
         head = [line]
         has_rid = closes = False
-        for name, value in (*cycle.default_headers, *response.raw_headers):
+        for name, value in (*exchange.default_headers, *response.raw_headers):
             if b"\n" in value or b"\r" in value:
                 raise RuntimeError("Invalid HTTP header value.")
             if name == b"x-request-id":
                 has_rid = True
             elif name == b"connection" and b"close" in value.lower():
-                cycle.keep_alive, closes = False, True
+                exchange.close_after()
+                closes = True
             head += (name, b": ", value, b"\r\n")
         if not has_rid:
             head.append(b"x-request-id: %s\r\n" % rid.encode("latin-1"))
-        if not cycle.keep_alive and not closes:
+        if not exchange.keep_alive and not closes:
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")
-        cycle.response_started = True
-        cycle.waiting_for_100_continue = False
-        transport.writelines((b"".join(head), response.body))
-        cycle.response_complete = True
-        cycle.message_event.set()
-        if not cycle.keep_alive:
-            transport.close()
-        cycle.on_response()
+        exchange.write_whole(b"".join(head), response.body)

@@ -41,6 +41,13 @@ from typing import Any
 import uvicorn
 
 from gateway.server.listeners import Offer, ServingFile, obtain, start_offer
+from gateway.wire.uvicorn_adapter import (
+    close_after_response,
+    is_idle,
+    mark_draining,
+    open_connections,
+    stop_accepting,
+)
 
 DRAIN_IDLE_S = 1.5
 """How long idle keep-alive connections get to carry one more request before they are closed."""
@@ -60,28 +67,20 @@ class GatewayServer(uvicorn.Server):
         self.drain_idle_s = drain_idle_s
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        for server in self.servers:
-            server.close()
+        stop_accepting(self)
         if self.on_shutdown is not None:
             self.on_shutdown()
-        state: Any = self.server_state
-        state.draining = True
-        for connection in list(state.connections):
-            if not _idle(connection):
-                connection.cycle.keep_alive = False
+        mark_draining(self)
+        for connection in open_connections(self):
+            if not is_idle(connection):
+                close_after_response(connection)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.drain_idle_s
         while loop.time() < deadline and not self.force_exit:
-            if not any(_idle(c) for c in state.connections):
+            if not any(is_idle(c) for c in open_connections(self)):
                 break
             await asyncio.sleep(0.05)
         await super().shutdown(sockets)
-
-
-def _idle(connection: Any) -> bool:
-    """A kept-alive connection between two requests (or one that has not sent any yet)."""
-    cycle = getattr(connection, "cycle", None)
-    return cycle is None or bool(cycle.response_complete)
 
 
 @dataclass(frozen=True)

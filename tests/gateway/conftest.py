@@ -1,4 +1,11 @@
-"""Fixtures: PaddleX doubles on loopback ports and gateways served by real uvicorn servers."""
+"""Fixtures: PaddleX doubles on loopback ports and gateways served by real uvicorn servers.
+
+The whole suite in fallback mode (no fast path, every route through FastAPI's routing)::
+
+    GATEWAY_FAST_PATH=0 PYTHONPATH=$PWD .venv/bin/python -m pytest tests/gateway -q
+
+Tests of the fast path's own internals carry :data:`fast_path_only` and are skipped there.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +21,17 @@ import pytest
 from gateway.config.settings import parse_settings
 from gateway.server.app import create_app
 from gateway.server.connections import uvicorn_options
+from gateway.wire.uvicorn_adapter import FAST_PATH_ENV, serving_plan
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 from tests.postgres_server import PostgresServer
+
+fast_path_only = pytest.mark.skipif(
+    not serving_plan().fast,
+    reason=f"asserts the fast path's internals; it is off ({FAST_PATH_ENV}=0 or the adapter "
+    "cannot attach)",
+)
+"""Marks a test of the fast path itself (not of what a client sees)."""
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 from gateway.config.settings import ServerSettings
 from gateway.server.connections import BODY_HANDOFF_BYTES, protocol_class
 from tests.doubles.servers import ServerThread
-from tests.gateway.conftest import gateway_config
+from tests.gateway.conftest import fast_path_only, gateway_config
 from tests.gateway.samples import b64, png_bytes
 from tests.waiting import wait_for
 
@@ -225,6 +225,7 @@ def send_in_pieces(port: int, body: bytes, piece: int, pause_s: float) -> bytes:
         return read_all(sock)
 
 
+@fast_path_only
 def test_the_body_reaches_the_app_in_one_piece_up_to_the_handoff_size():
     app = BodyRecorder()
     server = ServerThread(app, http=protocol_class(ServerSettings)).start()

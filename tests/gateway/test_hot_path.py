@@ -9,7 +9,7 @@ import socket
 from typing import Any
 
 from gateway.server.hot_path import GatewayApp
-from tests.gateway.conftest import gateway_config
+from tests.gateway.conftest import fast_path_only, gateway_config
 from tests.gateway.samples import b64, png_bytes
 
 BODY = json.dumps({"file": b64(png_bytes()), "fileType": 1}).encode()
@@ -67,6 +67,7 @@ def without_asgi_hot_routes(app: GatewayApp) -> None:
     app._hot_app = refuse
 
 
+@fast_path_only
 def test_hot_routes_skip_asgi_and_answer_as_the_asgi_way_does(fleet, start_gateway):
     gw = start_gateway(gateway_config(fleet.urls[:1]))  # one upstream: the same answer twice
     wire = Wire(gw.url)
