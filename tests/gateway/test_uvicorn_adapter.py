@@ -26,7 +26,6 @@ from starlette.requests import Request
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway import uvicorn_adapter as adapter
 from gateway.config.settings import ServerSettings, parse_settings
 from gateway.server.app import create_app
 from gateway.server.connections import (
@@ -34,6 +33,7 @@ from gateway.server.connections import (
     GatewayHttpToolsProtocol,
     protocol_class,
 )
+from gateway.wire import uvicorn_adapter as adapter
 from tests.doubles.paddlex_double import PaddlexDouble
 from tests.doubles.servers import bind_loopback
 from tests.gateway.conftest import gateway_config
