@@ -12,7 +12,7 @@ from fastapi.routing import APIRoute, APIRouter
 from gateway.api import routes
 from gateway.config.settings import parse_settings
 from gateway.server.app import ROUTERS, create_app, hot_handlers
-from tests.gateway.conftest import gateway_config
+from tests.gateway.conftest import fast_path_only, gateway_config
 from tests.gateway.samples import b64, png_bytes
 
 
@@ -32,6 +32,7 @@ def test_the_table_lists_every_path_the_app_serves_by_name() -> None:
     assert {"/layout-parsing", "/restructure-pages"} == routes.PADDLEX_ENVELOPE_PATHS
 
 
+@fast_path_only
 def test_the_hot_path_calls_the_endpoints_the_routers_declare() -> None:
     app = create_app(parse_settings(gateway_config(["http://127.0.0.1:9"])))
     posts = declared("POST")
@@ -46,6 +47,7 @@ def test_a_hot_route_no_router_declares_is_refused() -> None:
         hot_handlers(others)
 
 
+@fast_path_only
 def test_fastapi_routing_never_serves_a_hot_post(fleet, start_gateway, monkeypatch) -> None:
     gw = start_gateway(gateway_config(fleet.urls))
     routed: list[str] = []
