@@ -29,6 +29,7 @@ from PIL import Image
 
 from components.plan import FleetPlan, build_plan
 from components.settings import load_settings
+from tests.e2e.job_api import finished_job
 from tests.e2e.pulumi_stack import REPO, PulumiStack, Step, changed
 from tests.sim.helpers import wait_http_ok
 
@@ -343,25 +344,8 @@ def test_a_jobs_slices_go_through_the_keeper_beside_the_gateway(fleet):
     keeper = fleet.plan.gateway.keeper
     assert keeper is not None
     before = httpx.get(f"{keeper.local_url}/health", timeout=10).json()
-    created = httpx.post(
-        f"{fleet.gateway}/api/v2/ocr/jobs",
-        headers=USER,
-        data={"model": "PaddleOCR-VL-1.5"},
-        files={"file": ("doc.pdf", pdf_bytes(12), "application/pdf")},
-        timeout=60,
-    )
-    assert created.status_code == 200, created.text
-    job = created.json()["data"]["jobId"]
-    deadline, data = time.monotonic() + 120, {}
-    while time.monotonic() < deadline:
-        answer = httpx.get(f"{fleet.gateway}/api/v2/ocr/jobs/{job}", headers=USER, timeout=10)
-        data = answer.json()["data"]
-        if data["state"] in ("done", "failed"):
-            break
-        time.sleep(0.5)
-    assert data.get("state") == "done", data
-    lines = httpx.get(data["resultUrl"]["jsonUrl"], timeout=30).text.splitlines()
-    pages = [p for line in lines for p in json.loads(line)["result"]["layoutParsingResults"]]
+    document = ("doc.pdf", pdf_bytes(12), "application/pdf")
+    pages = finished_job(fleet.gateway, USER, document).pages
     assert len(pages) == 12
     after = httpx.get(f"{keeper.local_url}/health", timeout=10).json()
     # more than one slice, each sent through the keeper to the instance the gateway chose

@@ -13,7 +13,6 @@ the earlier job's row still there.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.job_api import finished_job
 from tests.e2e.sim_stack import sim_stack, tokens
 from tests.e2e.test_fleet_on_docker import docker, png_bytes
 
@@ -88,25 +88,8 @@ def test_the_stack_deploys_postgres_and_the_gateways_jobs_live_in_it(docker_engi
             assert listen == "127.0.0.1"
 
             url = fleet.url
-            created = httpx.post(
-                f"{url}/api/v2/ocr/jobs",
-                headers=USER,
-                data={"model": "PaddleOCR-VL-1.5"},
-                files={"file": ("doc.png", png_bytes(), "image/png")},
-                timeout=60,
-            )
-            assert created.status_code == 200, created.text
-            job = created.json()["data"]["jobId"]
-            deadline, data = time.monotonic() + 90, {}
-            while time.monotonic() < deadline:
-                answer = httpx.get(f"{url}/api/v2/ocr/jobs/{job}", headers=USER, timeout=10)
-                data = answer.json()["data"]
-                if data["state"] in ("done", "failed"):
-                    break
-                time.sleep(0.5)
-            assert data.get("state") == "done", data
-            lines = httpx.get(data["resultUrl"]["jsonUrl"], timeout=30).text.splitlines()
-            page = json.loads(lines[0])["result"]["layoutParsingResults"][0]
+            finished = finished_job(url, USER, ("doc.png", png_bytes(), "image/png"), 90)
+            job, page = finished.id, finished.pages[0]
             assert "sim-vllm:" in page["markdown"]["text"]
 
             row = psql(store.container_name, f"SELECT state FROM jobs WHERE id = '{job}'")

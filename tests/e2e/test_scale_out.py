@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -22,6 +21,7 @@ import pytest
 
 from components.plan import FleetPlan, build_plan
 from components.settings import load_settings
+from tests.e2e.job_api import finished_job
 from tests.e2e.pulumi_stack import PulumiStack, changed
 from tests.e2e.test_fleet_on_docker import (
     docker,
@@ -157,26 +157,9 @@ def test_documents_go_through_the_balancer_with_the_gateways_tokens(fleet):
 
 def test_the_job_api_works_through_the_balancer(fleet):
     url = fleet.plan.entry_url
-    created = httpx.post(
-        f"{url}/api/v2/ocr/jobs",
-        headers=USER,
-        data={"model": "PaddleOCR-VL-1.5"},
-        files={"file": ("doc.png", png_bytes(), "image/png")},
-        timeout=60,
-    )
-    assert created.status_code == 200, created.text
-    job = created.json()["data"]["jobId"]
-    deadline, data = time.monotonic() + 120, {}
-    while time.monotonic() < deadline:
-        data = httpx.get(f"{url}/api/v2/ocr/jobs/{job}", headers=USER, timeout=10).json()["data"]
-        if data["state"] in ("done", "failed"):
-            break
-        time.sleep(0.5)
-    assert data.get("state") == "done", data
-    result_url = data["resultUrl"]["jsonUrl"]
-    assert result_url.startswith(url)  # the balancer's address, as the client called it
-    lines = httpx.get(result_url, timeout=30).text.splitlines()
-    page = json.loads(lines[0])["result"]["layoutParsingResults"][0]
+    job = finished_job(url, USER, ("doc.png", png_bytes(), "image/png"))
+    assert job.result_url.startswith(url)  # the balancer's address, as the client called it
+    page = job.pages[0]
     assert "sim-vllm:" in page["markdown"]["text"]
 
 
