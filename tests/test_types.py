@@ -15,7 +15,15 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_mypy_strict_is_clean(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "mypy-cache")],
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            "pyproject.toml",
+            "--cache-dir",
+            str(tmp_path / "mypy-cache"),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
