@@ -70,7 +70,7 @@ class NpuCard(pulumi.ComponentResource):
                         _slot_opts(self, f"{name}-paddlex-{paddlex.port}"),
                     )
                 )
-        servers = [*self.vllm, *self.paddlex]
+        servers: list[VllmServer | PaddlexServer] = [*self.vllm, *self.paddlex]
         self.in_service = command.local.Command(
             f"{name}-in-service",
             create=args.undrain,

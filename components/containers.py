@@ -88,7 +88,7 @@ def child_opts(
     parent: pulumi.Resource,
     delete_before_replace: bool = True,
     **extra: Any,
-):
+) -> pulumi.ResourceOptions:
     """Options for a child container: parented (and so on the Docker provider of its parent's
     opts: its host's), by default deleted
     before replaced (host networking: the old and new container cannot hold the same port at

@@ -8,6 +8,7 @@ images, a card component per card, the gateways and what runs beside them), and 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from components.monitoring import (
     scrape_targets,
     scrape_token,
 )
-from components.plan import FleetPlan, HostPlan, port_clashes, topology_ports
+from components.plan import FleetPlan, HostPlan, PaddlexInstance, port_clashes, topology_ports
 from components.render.gateway import gateway_base_config, gateway_settings, gateway_upstream
 from components.render.topology import topology as topology_output
 from components.settings import KNOWN_KEYS, ConfigError, FleetSettings, load_settings
@@ -78,6 +79,11 @@ def check_environment(environ: Mapping[str, str]) -> None:
             "the CLI's built-in context has no stored endpoint); unset DOCKER_CONTEXT and give "
             "each host's engine in the stack config ('dockerHost', or 'hosts[i].endpoint')"
         )
+
+
+def _upstream_entry(instance: PaddlexInstance, _url: str) -> dict[str, Any]:
+    """The gateway's upstream entry of ``instance``, once its server's URL is known (ready)."""
+    return gateway_upstream(instance)
 
 
 FLEET_TYPE = "paddleocr-fleet:index:Fleet"
@@ -155,7 +161,7 @@ class Fleet(pulumi.ComponentResource):
             self.cards.append(by_key[key])
         servers = [server for card in self.cards for server in card.paddlex]
         upstreams = {
-            instance: server.url.apply(lambda _, p=instance: gateway_upstream(p))
+            instance: server.url.apply(functools.partial(_upstream_entry, instance))
             for server, instance in zip(servers, plan.paddlex, strict=True)
         }
         token = recycler.recycler_token(

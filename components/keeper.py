@@ -18,6 +18,7 @@ The answers the old one kept in memory go with it: a gateway that is alive has t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,7 @@ class SliceKeeperArgs:
     upstreams: pulumi.Output[list[dict[str, Any]]]
     """The gateway's upstream entries (resolved once every PaddleX is ready)."""
     image: pulumi.Input[str]
-    depends_on: list[pulumi.Resource] = field(default_factory=list)
+    depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
     """What the container waits for (the image's cleanup command)."""
 
 

@@ -22,6 +22,7 @@ is uploaded into the container (a Pulumi secret).
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,6 +115,11 @@ def prometheus_argv(settings: FleetSettings, monitoring: MonitoringPlan) -> list
     ]
 
 
+def _role_targets(role: str, targets: dict[str, Any]) -> str:
+    """The scrape targets file of one role (a file_sd JSON list)."""
+    return json.dumps(targets[role], indent=1) + "\n"
+
+
 @dataclass
 class MonitoringArgs:
     plan: MonitoringPlan
@@ -200,7 +206,7 @@ class Monitoring(pulumi.ComponentResource):
         targets = pulumi.Output.all(*args.waits).apply(lambda _: args.targets)
         self.targets: list[command.local.Command] = []
         for role in ROLES:
-            content = targets.apply(lambda t, r=role: json.dumps(t[r], indent=1) + "\n")
+            content = targets.apply(functools.partial(_role_targets, role))
             self.targets.append(
                 command.local.Command(
                     f"{name}-targets-{role}",

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from pathlib import Path
 
 import httpx
@@ -89,7 +90,7 @@ class Runtime:
     def __init__(
         self,
         settings: Settings,
-        config_path: str | Path | None = None,
+        config_path: str | os.PathLike[str] | None = None,
         watch: bool | None = None,
         resolver: Resolver | None = None,
         seat: Seat | None = None,

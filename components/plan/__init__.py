@@ -443,7 +443,7 @@ def _check_ports(plan: FleetPlan, settings: FleetSettings) -> None:
     if plan.job_store is not None:
         store = plan.job_store
         used[(store.host.name, store.port)].append(("PostgreSQL", "jobsStorePort"))
-    for (host, port), users in used.items():
+    for (host_name, port), users in used.items():
         if not 1 <= port <= 65535:
             label, key = users[0]
             raise ConfigError(f"config key '{key}': port {port} of {label} is outside 1..65535")
@@ -460,7 +460,7 @@ def _check_ports(plan: FleetPlan, settings: FleetSettings) -> None:
                 keys.append("portStride")
             names = " and ".join(label for label, _ in users)
             raise ConfigError(
-                f"config key '{'/'.join(keys)}': port {port} on host '{host}' is planned for "
+                f"config key '{'/'.join(keys)}': port {port} on host '{host_name}' is planned for "
                 f"both {names}"
             )
 

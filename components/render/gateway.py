@@ -108,7 +108,7 @@ def gateway_settings(settings: FleetSettings) -> GatewaySettings:
 
 
 def _operator_gateway_config(settings: FleetSettings) -> dict[str, Any]:
-    config = json.loads(GATEWAY_DEFAULTS.read_text(encoding="utf-8"))
+    config: dict[str, Any] = json.loads(GATEWAY_DEFAULTS.read_text(encoding="utf-8"))
     _merge(config, settings.gateway)
     auth = gateway_auth(settings)
     if auth is not None:

@@ -58,7 +58,8 @@ def pipeline_config_yaml(settings: FleetSettings, paddlex: PaddlexInstance) -> s
 
 @cache
 def _pipeline_template() -> dict[str, Any]:
-    return yaml.safe_load(PIPELINE_TEMPLATE.read_text(encoding="utf-8"))
+    template: dict[str, Any] = yaml.safe_load(PIPELINE_TEMPLATE.read_text(encoding="utf-8"))
+    return template
 
 
 def paddlex_argv(settings: FleetSettings, paddlex: PaddlexInstance) -> list[str]:

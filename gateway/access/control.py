@@ -260,7 +260,8 @@ class Access:
 
 
 def _access(request: Request) -> Access:
-    return request.app.state.runtime.access
+    access: Access = request.app.state.runtime.access
+    return access
 
 
 def _note(request: Request, principal: Principal) -> None:

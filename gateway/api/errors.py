@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, is_dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -117,7 +117,14 @@ def gateway_error_response(
     )
 
 
-def _envelopes(request: Request) -> dict[str, bool]:
+class _Envelopes(TypedDict):
+    """The envelope flags of :func:`error_response`, as keyword arguments."""
+
+    paddlex_envelope: bool
+    official_envelope: bool
+
+
+def _envelopes(request: Request) -> _Envelopes:
     """The envelope keys an error on this path carries besides the gateway's own."""
     path = request.url.path
     return {

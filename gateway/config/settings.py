@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
@@ -415,7 +416,7 @@ def parse_settings_text(text: str, source: str = "<config>") -> Settings:
     return parse_settings(data)
 
 
-def load_settings(path: str | Path) -> Settings:
+def load_settings(path: str | os.PathLike[str]) -> Settings:
     """Read and validate the config file at ``path``."""
     p = Path(path)
     try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 
@@ -128,7 +129,7 @@ class HealthChecker:
                 self._probe_series(u), name=f"probe {u.url}"
             )
             self._probing[u.url] = task
-            task.add_done_callback(lambda t, url=u.url: self._probe_done(url, t))
+            task.add_done_callback(functools.partial(self._probe_done, u.url))
         self._drained = drained
         for url in [url for url in self._next if url not in urls]:
             del self._next[url]

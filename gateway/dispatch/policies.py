@@ -29,10 +29,10 @@ class Policy(Protocol):
     name: str
     uses_queue: bool
 
-    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys) -> T: ...
+    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys[T]) -> T: ...
 
 
-def _least(candidates: Sequence[T], load_keys: LoadKeys, rng: random.Random) -> T:
+def _least(candidates: Sequence[T], load_keys: LoadKeys[T], rng: random.Random) -> T:
     keys = load_keys(candidates)
     if keys is None:
         return candidates[0] if len(candidates) == 1 else rng.choice(candidates)
@@ -50,7 +50,7 @@ class RoundRobinPolicy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._cursor = 0
 
-    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys) -> T:
+    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys[T]) -> T:
         allowed = {id(c) for c in candidates}
         n = len(order)
         for step in range(n):
@@ -70,7 +70,7 @@ class RandomPolicy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys) -> T:
+    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys[T]) -> T:
         return self._rng.choice(list(candidates))
 
 
@@ -83,7 +83,7 @@ class LeastInflightPolicy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys) -> T:
+    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys[T]) -> T:
         return _least(candidates, load_keys, self._rng)
 
 
@@ -96,7 +96,7 @@ class P2CPolicy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys) -> T:
+    def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys[T]) -> T:
         if len(candidates) <= 2:
             return _least(candidates, load_keys, self._rng)
         return _least(self._rng.sample(list(candidates), 2), load_keys, self._rng)
@@ -110,7 +110,7 @@ class QueuePolicy(LeastInflightPolicy):
     uses_queue = True
 
 
-_POLICIES: dict[str, type] = {
+_POLICIES: dict[str, Callable[[random.Random | None], Policy]] = {
     "round_robin": RoundRobinPolicy,
     "random": RandomPolicy,
     "least_inflight": LeastInflightPolicy,

@@ -334,10 +334,13 @@ class UpstreamPool(PoolHealth):
         """
         now = self._clock()
         memory = self.settings.load_balance.speed_memory_s
-        known = [u for u in self.upstreams if u.service_s and now - u.service_at <= memory]
-        if not known:
+        timed = [
+            (u, u.service_s) for u in self.upstreams if u.service_s and now - u.service_at <= memory
+        ]
+        if not timed:
             return {}
-        services = [u.service_s for u in known]
+        known = [u for u, _ in timed]
+        services = [service for _, service in timed]
         average = sum(services) / len(services)
         low, high = average * _HALF_CLASS_DOWN, average * _HALF_CLASS_UP  # class 0 in between
         if low <= min(services) and max(services) < high:

@@ -391,6 +391,7 @@ class JobRunner:
         """The slice through the central queue with failover; first on ``pin`` alone (its
         keeper attaches to the parse running there), then anywhere if that fails."""
         settings, proxy = self.runtime.settings, self.runtime.proxy
+        pages: list[Any]
         if pin is not None:
             others = frozenset(settings.upstream_urls) - {pin}
             try:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class Answer:
     content_type: str | None
 
 
-Send = Callable[[str, bytes, str | None], Awaitable[Answer]]
+Send = Callable[[str, bytes, str | None], Coroutine[Any, Any, Answer]]
 
 
 @dataclass(eq=False)

@@ -50,12 +50,15 @@ def fresh_request_id() -> str:
 
 class _Ids:
     def __init__(self) -> None:
+        self.renew()
+
+    def renew(self) -> None:
         self.prefix = secrets.token_hex(10)
         self.count = itertools.count()
 
 
 _ids = _Ids()
-os.register_at_fork(after_in_child=_ids.__init__)  # each worker its own prefix
+os.register_at_fork(after_in_child=_ids.renew)  # each worker its own prefix
 
 
 def request_context(request: Request) -> RequestContext:

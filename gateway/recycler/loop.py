@@ -69,7 +69,10 @@ class GatewayAdmin:
 
     def drain(self, url: str, wait_s: float, ttl_s: float) -> dict[str, Any]:
         body = {"upstreams": [url], "wait_s": wait_s, "ttl_s": ttl_s}
-        return self._call("POST", "/admin/drain", json=body, timeout=wait_s + 30).json()
+        answer: dict[str, Any] = self._call(
+            "POST", "/admin/drain", json=body, timeout=wait_s + 30
+        ).json()
+        return answer
 
     def undrain(self, url: str) -> None:
         self._call("POST", "/admin/undrain", json={"upstreams": [url]})

@@ -120,7 +120,9 @@ def hot_handlers(routers: Iterable[APIRouter]) -> dict[str, Handler]:
     handlers: dict[str, Handler] = {}
     for router in routers:
         for route in router.routes:
-            if isinstance(route, APIRoute) and route.path in HOT_PATHS and "POST" in route.methods:
+            if not isinstance(route, APIRoute) or route.path not in HOT_PATHS:
+                continue
+            if "POST" in (route.methods or ()):
                 handlers[route.path] = route.endpoint
     missing = HOT_PATHS - handlers.keys()
     if missing:

@@ -56,6 +56,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+# One entry of socket.getaddrinfo: family, type, proto, canonical name, socket address.
+_AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str, Any]
 
 log = logging.getLogger("gateway.server.listeners")
 
@@ -213,7 +217,7 @@ def _unfit(sock: socket.socket, host: str, port: int) -> str | None:
     return None
 
 
-def _address(host: str, port: int) -> tuple:
+def _address(host: str, port: int) -> _AddrInfo:
     return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
 
 

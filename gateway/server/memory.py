@@ -37,7 +37,7 @@ def keep_large_buffers(
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    done = mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1
+    done: bool = mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1
     done = mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1 and done
     if not done:
         log.warning("mallopt refused the thresholds; large buffers stay mmap-backed")

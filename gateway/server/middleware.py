@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,7 +33,8 @@ access_log = logging.getLogger("gateway.access")
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers") or ():
+    headers: Iterable[tuple[bytes, bytes]] = scope.get("headers") or ()
+    for key, value in headers:
         if key == name:
             return value.decode("latin-1")
     return None

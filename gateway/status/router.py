@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import weakref
 from html import escape
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -12,6 +14,9 @@ from gateway.api.common import RuntimeDep
 from gateway.errors import AccessError
 from gateway.status.session import COOKIE, COOKIE_PATH, LIFETIME_S, SessionKeys, same_origin
 from gateway.status.state import StatusState
+
+if TYPE_CHECKING:
+    from gateway.runtime import Runtime
 
 STATIC = Path(__file__).with_name("static")
 ASSETS = {"status.js": "text/javascript", "status.css": "text/css"}
@@ -23,6 +28,9 @@ SECURITY_HEADERS = {
 }
 
 router = APIRouter(prefix="/status", include_in_schema=False)
+
+# Each runtime's status page state, made on the first request and gone with the runtime.
+_STATUS_STATES: weakref.WeakKeyDictionary[Runtime, StatusState] = weakref.WeakKeyDictionary()
 
 
 def _keys(request: Request) -> SessionKeys:
@@ -136,7 +144,7 @@ async def state(request: Request, runtime: RuntimeDep) -> Response:
             return _refused(exc.status, exc.code, exc.message)
     elif not logged_in(request):
         return _refused(401, "unauthorized", "log in at /status first")
-    status_state = getattr(runtime, "status_state", None)
+    status_state = _STATUS_STATES.get(runtime)
     if status_state is None:
-        status_state = runtime.status_state = StatusState()
+        status_state = _STATUS_STATES[runtime] = StatusState()
     return JSONResponse(await status_state.document(runtime), headers=SECURITY_HEADERS)

@@ -96,9 +96,12 @@ class StatusState:
     def _refresh_vllm(self, runtime: Runtime, urls: list[str]) -> None:
         """Start a probe round unless one runs or the last is recent (never waited for)."""
         now = time.monotonic()
+        client = runtime.aux_client
+        if client is None:  # the runtime is not started: nothing to probe with
+            return
         if (self._probe is None or self._probe.done()) and now - self._probed >= VLLM_PROBE_S:
             self._probed = now
-            self._probe = asyncio.create_task(self._probe_all(runtime.aux_client, urls))
+            self._probe = asyncio.create_task(self._probe_all(client, urls))
 
     async def document(self, runtime: Runtime) -> dict[str, Any]:
         snapshot = runtime.pool.snapshot()

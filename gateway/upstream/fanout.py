@@ -161,6 +161,7 @@ async def _run_slice(
     """One ``/layout-parsing`` of the slice ``data`` (a PDF of the document's ``positions``)."""
     body = layout_body(pybase64.b64encode_as_string(data), True, log_id, options)
     work = slice_work(body, positions, True)
+    pages: list[dict[str, Any]]
     try:
         pages, _, tried = await proxy.run(settings, work, tenant=tenant)
     except GatewayError as exc:

@@ -110,7 +110,7 @@ def dumps_parts(value: dict[str, Any]) -> list[bytes | memoryview]:
     pieces = text.split(_MARK_JSON)
     if len(pieces) != len(raw) + 1:  # another value was the mark itself
         return [dumps({k: _text(v) for k, v in value.items()})]
-    out = [pieces[0]]
+    out: list[bytes | memoryview] = [pieces[0]]
     for string, after in zip(raw, pieces[1:], strict=True):
         out += (b'"', string.data, b'"' + after)
     return out

@@ -123,7 +123,8 @@ class _Connection(asyncio.Protocol):
         ``timeout`` seconds the connection is closed and ``TimeoutError`` raised."""
         assert self.transport is not None and self.waiter is None
         loop = asyncio.get_running_loop()
-        self.waiter = waiter = loop.create_future()
+        waiter: asyncio.Future[Reply] = loop.create_future()
+        self.waiter = waiter
         self.transport.writelines(request)
         timer = loop.call_later(timeout, self._fail, TimeoutError())
         try:
@@ -269,7 +270,9 @@ class UpstreamClient:
         """POST ``json`` (encoded here) or ``content``; the whole exchange within ``timeout``."""
         if content is not None:
             return await self.request("POST", url, content, headers, timeout)
-        parts = jsonfast.dumps_parts(json) if isinstance(json, dict) else [jsonfast.dumps(json)]
+        parts: list[bytes | memoryview] = (
+            jsonfast.dumps_parts(json) if isinstance(json, dict) else [jsonfast.dumps(json)]
+        )
         return await self.request("POST", url, parts, headers, timeout, "application/json")
 
     async def request(
