@@ -54,7 +54,8 @@ async def get_runtime(request: Request) -> Runtime:
 
 def runtime_of(request: Request) -> Runtime:
     """The app's :class:`Runtime`, for routes that take no FastAPI dependencies."""
-    return request.app.state.runtime
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]

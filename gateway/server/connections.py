@@ -318,10 +318,9 @@ class GatewayH11Protocol(_Bounded, H11Base):
             if self._header_timer is None:
                 self._arm_header_timer()
 
-    def eof_received(self) -> bool | None:
+    def eof_received(self) -> None:
         if self._refused:
             self.transport.close()
-        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()

@@ -394,7 +394,7 @@ class Exchange:
         """The connection closes after this answer."""
         self._cycle.keep_alive = False
 
-    def write_whole(self, head: bytes, body: bytes) -> None:
+    def write_whole(self, head: bytes, body: bytes | memoryview) -> None:
         """Write a whole response (``head`` ends with its blank line) in one ``writev`` and
         finish the cycle as uvicorn's ``send`` would (closing unless kept alive)."""
         cycle = self._cycle
@@ -461,7 +461,7 @@ class H11Base(H11Protocol):
         self._unset_keepalive_if_required()
 
     def open_clients(self) -> list[tuple[str, int] | None]:
-        return [c.client for c in self.connections]
+        return [getattr(c, "client", None) for c in self.connections]
 
     def server_draining(self) -> bool:
         return bool(getattr(self.server_state, "draining", False))
@@ -485,7 +485,7 @@ class HttpToolsBase(HttpToolsProtocol):
         self._unset_keepalive_if_required()
 
     def open_clients(self) -> list[tuple[str, int] | None]:
-        return [c.client for c in self.connections]
+        return [getattr(c, "client", None) for c in self.connections]
 
     def server_draining(self) -> bool:
         return bool(getattr(self.server_state, "draining", False))
@@ -503,7 +503,8 @@ class HttpToolsBase(HttpToolsProtocol):
     def hand_over_body(self, data: bytes) -> None:
         """Give ``data`` to the current request's ``receive`` (and wake it)."""
         cycle = self.cycle
-        cycle.body = data if not cycle.body else cycle.body + data
+        # the first chunk kept as it came (no copy); uvicorn only reads and appends to it
+        cycle.body = data if not cycle.body else cycle.body + data  # type: ignore[assignment]
         cycle.message_event.set()
 
     def pause_input(self) -> None:
