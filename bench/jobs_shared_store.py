@@ -24,6 +24,9 @@ polled (one batch listing every 0.5 s) until every job is done. Measured:
   its ratio to the fleet's capacity; the time from the first submit to the last job done;
 - CPU seconds per page (psutil, live and reaped user + system time) of the PostgreSQL server's
   process tree (postmaster, its backends and background workers) and of the gateways';
+- where the store's cost goes, per page: its transactions, rows written and WAL bytes
+  (``pg_stat_database``, ``pg_current_wal_lsn``) and its CPU split between the backends
+  running the gateways' SQL and the background workers;
 - jobs finished whole and in order (every result fetched and its pages checked);
 - the pages each gateway's half of the fleet parsed (from the fleet's log), so a second gateway
   that took no work shows.
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import sys
@@ -43,6 +47,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psutil
+import psycopg
 
 from bench.jobs import Stack, meta, processes, sigterm_unwinds, write_results
 from bench.jobs import config as jobs_config
@@ -57,7 +64,7 @@ from bench.jobs_scenarios import (
     submit,
 )
 from bench.procs import GatewayProc
-from bench.procstat import MachineMeter, tree_cpu_s
+from bench.procstat import MachineMeter, cpu_s, tree, tree_cpu_s
 from bench.report import Table
 from bench.workload import FleetSpec
 from doubles.postgres_server import PostgresServer
@@ -133,6 +140,52 @@ def postmaster_pid(server: PostgresServer) -> int:
     return int((server.data / "postmaster.pid").read_text().split()[0])
 
 
+def backend_cpu(postmaster: int) -> dict[int, float]:
+    """CPU seconds of each live backend serving a client (``postgres: user db host(port) ...``);
+    the rest of the tree is the postmaster and its background workers (WAL writer,
+    checkpointer, autovacuum)."""
+    out = {}
+    for proc in tree(postmaster):
+        with contextlib.suppress(psutil.Error):
+            if "127.0.0.1(" in " ".join(proc.cmdline()):
+                out[proc.pid] = cpu_s(proc.pid)
+    return out
+
+
+STAT_COLUMNS = ("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted")
+
+
+def database_stats(url: str) -> dict[str, int]:
+    """The database's cumulative counters: transactions, rows written, WAL position (bytes)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            f"SELECT {', '.join(STAT_COLUMNS)}, pg_current_wal_lsn() - '0/0'::pg_lsn,"
+            " pg_database_size(current_database())"
+            " FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return dict(zip((*STAT_COLUMNS, "wal_bytes", "size_bytes"), map(int, row), strict=True))
+
+
+def store_cost(
+    before: dict[str, int], after: dict[str, int], backends: float, total: float, pages: int
+) -> dict[str, float]:
+    """Per page parsed: the store's transactions, rows written, WAL bytes and CPU split between
+    the client backends (the gateways' SQL) and the rest (WAL writer, checkpointer, vacuum)."""
+    delta = {k: after[k] - before[k] for k in (*STAT_COLUMNS, "wal_bytes")}
+    per = max(1, pages)
+    return {
+        "transactions_per_page": round((delta["xact_commit"] + delta["xact_rollback"]) / per, 3),
+        "rows_written_per_page": round(
+            (delta["tup_inserted"] + delta["tup_updated"] + delta["tup_deleted"]) / per, 3
+        ),
+        "wal_bytes_per_page": round(delta["wal_bytes"] / per),
+        "backends_cpu_ms_per_page": round(1000 * backends / per, 3),
+        "background_cpu_ms_per_page": round(1000 * max(0.0, total - backends) / per, 3),
+        "size_mb_end": round(after["size_bytes"] / 2**20, 2),
+    }
+
+
 async def fleet_pages(stack: Stack) -> int:
     return sum(s["pages"] for s in await stack.fleet.stats())
 
@@ -150,11 +203,21 @@ async def scenario(
         cfg = gateway_config(prof, stack, f"{label}-{i}", store_url, part)
         started.append(await stack.start_gateway(cfg, f"{label}-{i}", timeout_s=60))
     urls = [f"http://127.0.0.1:{g.port}" for g in started]
+    before = await asyncio.to_thread(database_stats, store_url) if store_url else None
     try:
         out = await drain(prof, stack, server, started, urls, label)
     finally:
         for gateway in started:
             gateway.stop()
+    backends_s = out.pop("backends_cpu_s")
+    if store_url is not None and before is not None:
+        # a backend reports its counters when idle (at most every 10 s) or when it exits:
+        # read them once the gateways' connections are gone
+        await asyncio.sleep(1.0)
+        after = await asyncio.to_thread(database_stats, store_url)
+        out["store_cost"] = store_cost(
+            before, after, backends_s, out["cpu_s"]["store"], out["pages"]
+        )
     log = (await stack.fleet.admin("/_admin/log", {"clear": True}))["log"]
     out["pages_by_gateway"] = [
         sum(len(e["pages"]) for e in log if part.start <= e["instance"] < part.stop)
@@ -178,6 +241,7 @@ async def drain(
     doc_of: dict[str, int] = {}
     await stack.fleet.admin("/_admin/log", {"clear": True})
     pg_pid = postmaster_pid(server) if server is not None else None
+    backends0 = backend_cpu(pg_pid) if pg_pid else {}
     cpu0 = {
         "store": tree_cpu_s(pg_pid) if pg_pid else 0.0,
         "gateways": sum(tree_cpu_s(g.proc.pid) for g in gateways),
@@ -225,6 +289,7 @@ async def drain(
             "gateways": sum(tree_cpu_s(g.proc.pid) for g in gateways) - cpu0["gateways"],
         }
         busy = machine.read()
+        backends = backend_cpu(pg_pid) if pg_pid else {}
         finished.set()
         await sampler
         timeline.append((drained_s, await fleet_pages(stack) - pages0))
@@ -243,6 +308,7 @@ async def drain(
         "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
         "cpu_ms_per_page": {k: round(1000 * v / max(1, pages), 3) for k, v in cpu.items()},
         "machine_busy_cores": round(busy, 3),
+        "backends_cpu_s": sum(v - backends0.get(pid, 0.0) for pid, v in backends.items()),
         "whole_in_order": check["whole_in_order"],
         "problems": dict(list(check["problems"].items())[:5]),
     }
@@ -303,7 +369,24 @@ def markdown(result: dict[str, Any]) -> str:
             f"{s['cpu_ms_per_page']['gateways']:.2f}",
             f"{s['machine_busy_cores']:.2f}",
         )
-    return f"Fleet capacity: {capacity:.1f} pages/s\n\n{table.markdown()}"
+    cost = Table(
+        "the PostgreSQL store's cost per page",
+        ("scenario", "transactions", "rows written", "WAL bytes", "backends CPU ms",
+         "background CPU ms", "database at the end (MB)"),
+        ("left", *("right",) * 6),
+    )  # fmt: skip
+    for label, s in result["scenarios"].items():
+        if (c := s.get("store_cost")) is not None:
+            cost.add(
+                names[label], f"{c['transactions_per_page']:.2f}",
+                f"{c['rows_written_per_page']:.2f}", f"{c['wal_bytes_per_page']:,}",
+                f"{c['backends_cpu_ms_per_page']:.3f}", f"{c['background_cpu_ms_per_page']:.3f}",
+                f"{c['size_mb_end']:.1f}",
+            )  # fmt: skip
+    return (
+        f"Fleet capacity: {capacity:.1f} pages/s\n\n{table.markdown()}\n\n"
+        f"Per page parsed:\n\n{cost.markdown()}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
