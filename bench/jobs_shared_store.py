@@ -41,6 +41,8 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import itertools
+import math
 import os
 import sys
 import time
@@ -63,6 +65,7 @@ from bench.jobs_scenarios import (
     sha,
     submit,
 )
+from bench.loadgen import percentile
 from bench.procs import GatewayProc
 from bench.procstat import MachineMeter, cpu_s, tree, tree_cpu_s
 from bench.report import Table
@@ -223,7 +226,28 @@ async def scenario(
         sum(len(e["pages"]) for e in log if part.start <= e["instance"] < part.stop)
         for part in parts
     ]
+    out["slice_gap_ms"] = slice_gaps(log)
     return out
+
+
+def slice_gaps(log: list[dict[str, Any]]) -> dict[str, float | int | None]:
+    """How long an instance waited between the end of a slice and the start of its next one
+    (ms, from the fleet's log): the dispatch's share of the capacity not reached (a claim in
+    the store, the runner's poll, the keeper)."""
+    by_instance: dict[int, list[dict[str, Any]]] = {}
+    for entry in log:
+        by_instance.setdefault(entry["instance"], []).append(entry)
+    gaps = []
+    for entries in by_instance.values():
+        entries.sort(key=lambda e: e["start"])
+        gaps += [1000 * (b["start"] - a["end"]) for a, b in itertools.pairwise(entries)]
+    gaps.sort()
+    p50, p90 = percentile(gaps, 50), percentile(gaps, 90)
+    return {
+        "slices": len(log),
+        "p50": None if math.isnan(p50) else round(p50, 1),
+        "p90": None if math.isnan(p90) else round(p90, 1),
+    }
 
 
 async def drain(
@@ -350,8 +374,9 @@ def markdown(result: dict[str, Any]) -> str:
     table = Table(
         "jobs on one shared PostgreSQL store",
         ("scenario", "pages/s draining", "of capacity", "drain (s)", "jobs whole",
-         "pages per gateway", "store CPU ms/page", "gateways CPU ms/page", "machine busy (cores)"),
-        ("left", *("right",) * 8),
+         "pages per gateway", "idle between slices p50 / p90 (ms)",
+         "store CPU ms/page", "gateways CPU ms/page", "machine busy (cores)"),
+        ("left", *("right",) * 9),
     )  # fmt: skip
     names = {"sqlite": "1 gateway, SQLite", "postgres-1": "1 gateway, PostgreSQL",
              "postgres-2": "2 gateways, one PostgreSQL"}  # fmt: skip
@@ -365,6 +390,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"{s['drained_s']:.1f}",
             f"{s['whole_in_order']}/{s['jobs']}",
             " / ".join(str(p) for p in s["pages_by_gateway"]),
+            f"{s['slice_gap_ms']['p50']} / {s['slice_gap_ms']['p90']}",
             "- (in the gateway)" if store_ms is None else f"{store_ms:.2f}",
             f"{s['cpu_ms_per_page']['gateways']:.2f}",
             f"{s['machine_busy_cores']:.2f}",
