@@ -1,6 +1,6 @@
 """A real PostgreSQL for the tests and the benchmarks: Debian's binaries, a temporary cluster on
 a loopback port. Here, not in tests/, so that ``bench.jobs_shared_store`` starts the same server
-without importing the tests (``tests/postgres_server.py`` re-exports it).
+without importing the tests.
 
 ``initdb`` refuses to run as root, so as root the cluster belongs to the ``postgres`` user the
 Debian package creates and every server command runs through ``runuser``. Authentication is

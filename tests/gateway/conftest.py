@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 import pytest
 
+from doubles.postgres_server import PostgresServer
 from gateway.config.settings import parse_settings
 from gateway.server.app import create_app
 from gateway.server.connections import uvicorn_options
 from gateway.wire.uvicorn_adapter import FAST_PATH_ENV, serving_plan
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
-from tests.postgres_server import PostgresServer
 
 fast_path_only = pytest.mark.skipif(
     not serving_plan().fast,

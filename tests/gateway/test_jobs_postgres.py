@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from doubles.postgres_server import PostgresServer
 from gateway.config.settings import ConfigError, parse_settings
 from gateway.jobs.postgres import MIGRATIONS, PostgresBackend
 from gateway.jobs.store import Job
@@ -32,7 +33,6 @@ from tests.gateway.jobs_helpers import (
     wait_job,
 )
 from tests.gateway.multiworker_helpers import GatewayProcess
-from tests.postgres_server import PostgresServer
 
 JOBS = "/api/v2/ocr/jobs"
 
