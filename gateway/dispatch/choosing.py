@@ -43,8 +43,9 @@ class Chooser:
         self.place_loads: Callable[[], list[int]] = list
         """Attempts in flight at each numbered place, and a last 0; empty when nothing is in
         flight anywhere (:meth:`Counters.place_loads`)."""
-        in_flight = counters.in_flight
-        self.count: Callable[[Upstream], int] = lambda u: in_flight(u.slot)
+        column, base = counters.column()
+        self._column, self._base = column, base
+        self.count: Callable[[Upstream], int] = lambda u: column[base + u.slot]
         """Attempts in flight at an upstream (every worker's, when shared)."""
 
     def configure(self, settings: Settings, upstreams: list[Upstream]) -> None:
@@ -75,8 +76,8 @@ class Chooser:
 
     def counts(self, upstreams: Sequence[Upstream]) -> list[int]:
         """:attr:`count` of each of ``upstreams``."""
-        in_flight = self._counters.in_flight
-        return [in_flight(u.slot) for u in upstreams]
+        column, base = self._column, self._base
+        return [column[base + u.slot] for u in upstreams]
 
     def choose(self, candidates: list[Upstream]) -> Upstream:
         return self.policy.choose(candidates, self.upstreams, self._load_keys)

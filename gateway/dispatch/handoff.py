@@ -89,6 +89,10 @@ class Handoff:
         the upstream it chose)."""
         return dispatch
 
+    def others_wait(self) -> bool:
+        """Whether another worker has published a waiter."""
+        return self.seat.others_wait()
+
     def wake_all(self) -> None:
         """Make every other worker run its dispatch (upstreams came back into service)."""
         seat = self.seat
@@ -164,6 +168,9 @@ class SoloHandoff:
 
     def wake_others(self, free: list[Upstream]) -> None:
         pass
+
+    def others_wait(self) -> bool:
+        return False
 
     def wake_all(self) -> None:
         pass

@@ -332,7 +332,7 @@ class UpstreamPool(PoolHealth):
 
     def _dispatch(self, released: Upstream | None = None) -> None:
         """Hand free upstreams to the queued requests (``released``: one was just given back)."""
-        self.queueing.dispatch(self._limit(), released)
+        self.queueing.dispatch(self._limit, released)
 
     def kick(self) -> None:
         """Re-run dispatch (ejections expire by time, so the maintenance loop calls this)."""

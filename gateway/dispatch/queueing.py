@@ -50,23 +50,33 @@ class Queueing:
         self._gate = lambda w, options: gate(w.priority, w.enqueued, options)
         queue.on_change = self.publish
 
-    def dispatch(self, limit: float, released: Upstream | None = None) -> None:
-        """Hand free upstreams to the queued requests (``released``: one was just given back,
-        and other workers waiting for it hear of it)."""
+    def dispatch(self, limit: Callable[[], float], released: Upstream | None = None) -> None:
+        """Hand free upstreams (fewer than ``limit()`` in flight) to the queued requests
+        (``released``: one was just given back, and other workers waiting for it hear of it)."""
         handoff, queue = self.handoff, self.queue
         if not queue:
-            if released is not None and self._chooser.count(released) < limit:
+            if (
+                released is not None
+                and handoff.others_wait()
+                and self._chooser.count(released) < limit()
+            ):
                 # no lock needed: the release was counted under it, and a worker that
                 # published its waiter before that is seen here, one that did after saw it
                 handoff.wake_others([released])
             return
+        limit_now = limit()
         with self._counters.lock():
-            free = self._free(limit)
+            free = self._free(limit_now)
             served = 0
             if free:
                 chooser = self._chooser
                 served = queue.dispatch(
-                    free, limit, chooser.choose, self._lease, count=chooser.count, gate=self._gate
+                    free,
+                    limit_now,
+                    chooser.choose,
+                    self._lease,
+                    count=chooser.count,
+                    gate=self._gate,
                 )
             self.publish()
             if released is not None or served:

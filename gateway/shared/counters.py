@@ -26,7 +26,7 @@ Usage::
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from operator import itemgetter
 from typing import Protocol
@@ -50,6 +50,11 @@ class Counters(Protocol):
 
     def in_flight(self, slot: int) -> int:
         """Attempts in flight at the upstream in ``slot`` (every process's)."""
+        ...
+
+    def column(self) -> tuple[Sequence[int], int]:
+        """The in-flight counts as one live column: ``column[base + slot]`` is
+        :meth:`in_flight` of ``slot`` (for the reads of every dispatch, without a call each)."""
         ...
 
     def add(self, slot: int, delta: int, places: tuple[Hashable, ...] = ()) -> None:
@@ -123,6 +128,9 @@ class LocalCounters:
 
     def in_flight(self, slot: int) -> int:
         return self._in_flight[slot]
+
+    def column(self) -> tuple[Sequence[int], int]:
+        return self._in_flight, 0
 
     def add(self, slot: int, delta: int, places: tuple[Hashable, ...] = ()) -> None:
         self._in_flight[slot] += delta
@@ -198,6 +206,9 @@ class SharedCounters:
 
     def in_flight(self, slot: int) -> int:
         return self._totals[self._base + slot]
+
+    def column(self) -> tuple[Sequence[int], int]:
+        return self._totals, self._base
 
     def add(self, slot: int, delta: int, places: tuple[Hashable, ...] = ()) -> None:
         self.seat.add(slot, delta)
