@@ -45,6 +45,7 @@ from gateway.jobs.runner import JobRunner
 from gateway.jobs.stores import open_backend
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.worker_metrics import WorkerMetrics
+from gateway.shared.counters import LocalCounters, SharedCounters
 from gateway.shared.occupancy import Seat
 from gateway.upstream.proxy import Proxy
 from gateway.wire.upstream_http import UpstreamClient
@@ -99,8 +100,9 @@ class Runtime:
         self.config_path = Path(config_path) if config_path else None
         self.seat = seat
         self.metrics = GatewayMetrics() if seat is None else WorkerMetrics(seat)
-        self.pool = UpstreamPool(settings, self.metrics, seat=seat)
-        self.access = Access(settings.auth, self.metrics, seat=seat)
+        counters = LocalCounters() if seat is None else SharedCounters(seat)
+        self.pool = UpstreamPool(settings, self.metrics, seat=seat, counters=counters)
+        self.access = Access(settings.auth, self.metrics, counters=counters)
         # resolver: how url fetches resolve host names (tests pass one without network I/O)
         self.url_guard = UrlGuard(settings.input.url_allow, resolver)
         self.inspector = DocumentInspector(settings.input.pdf_workers)

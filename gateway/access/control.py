@@ -9,9 +9,11 @@ With no token configured the gateway is open (every caller is :data:`ANONYMOUS`)
 
 Quotas per token (optional): ``max_in_flight`` requests at once and ``rate_per_s`` (a token
 bucket holding one second's worth, at least 1); over either, 429 with ``Retry-After``. Each
-token has its own counters, so one token's flood slows no other token. With a ``seat`` (one of
-several worker processes, :mod:`gateway.shared.occupancy`) the quotas count the token's requests in
-every worker: its in-flight count is a sum over the workers' rows, its bucket is shared.
+token has its own counters, so one token's flood slows no other token. The counts live in a
+:class:`~gateway.shared.counters.Counters`: this process's, or with a ``seat`` (one of several
+worker processes, :mod:`gateway.shared.occupancy`) those of every worker, so the quotas count the
+token's requests in every worker (its in-flight count is a sum over the workers' rows, its bucket
+is shared). The code path is the same.
 
 Usage::
 
@@ -46,7 +48,7 @@ from gateway.access.local_token import LOCAL_PRINCIPAL, local_token_digest
 from gateway.config.settings import AuthSettings, TokenSpec
 from gateway.errors import AccessError
 from gateway.observability.context import ANONYMOUS, request_context
-from gateway.shared.occupancy import SlotsExhausted
+from gateway.shared.counters import Counters, LocalCounters, SharedCounters
 
 if TYPE_CHECKING:
     from gateway.observability.metrics import GatewayMetrics
@@ -79,10 +81,8 @@ class Principal:
 
 @dataclass
 class _Quota:
-    in_flight: int = 0
-    bucket: float = -1.0  # tokens in the rate bucket (-1: not used yet, starts full)
-    stamp: float = 0.0
-    shared: int = 0  # of in_flight, those counted in the workers' shared table
+    in_flight: int = 0  # this process's requests of the token
+    counted: int = 0  # of in_flight, those counted in the counters (admitted under a quota)
 
 
 def _take(bucket: float, stamp: float, rate: float, now: float) -> tuple[float, int]:
@@ -109,12 +109,15 @@ class Access:
         metrics: GatewayMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         seat: Seat | None = None,
+        counters: Counters | None = None,
     ) -> None:
+        """``counters``: where the quotas are counted (default: this process's, or the
+        workers' of ``seat``)."""
         self.metrics = metrics
         self._clock = clock
-        self._seat = seat
-        self._slots: dict[str, int] = {}  # token name -> its slot in the shared table
-        self._unslotted: set[str] = set()  # names the full table had no slot for
+        if counters is None:
+            counters = LocalCounters() if seat is None else SharedCounters(seat)
+        self._counters = counters
         self._quotas: dict[str, _Quota] = {}
         self._entries: tuple[tuple[bytes, Principal], ...] = ()
         self.enabled = False
@@ -180,44 +183,17 @@ class Access:
         if spec is None or (spec.max_in_flight is None and spec.rate_per_s is None):
             quota.in_flight += 1
             return
-        if self._seat is not None and self._slot(principal.name) is not None:
-            self._admit_shared(principal.name, spec, quota)
-            return
-        self._check_in_flight(principal.name, spec, quota.in_flight)
-        if spec.rate_per_s is not None:
-            now = self._clock()
-            quota.bucket, wait = _take(quota.bucket, quota.stamp, spec.rate_per_s, now)
-            quota.stamp = now
-            self._check_rate(principal.name, spec, wait)
-        quota.in_flight += 1
-
-    def _slot(self, name: str) -> int | None:
-        """The token's slot in the workers' shared table; None (logged) when it is full, and
-        the token's quotas are then counted in this worker alone."""
-        slot = self._slots.get(name)
-        if slot is None and self._seat is not None and name not in self._unslotted:
-            try:
-                slot = self._slots[name] = self._seat.token_slot(name)
-            except SlotsExhausted as exc:
-                log.error("token %r: quotas counted per worker: %s", name, exc)
-                self._unslotted.add(name)
-        return slot
-
-    def _admit_shared(self, name: str, spec: TokenSpec, quota: _Quota) -> None:
-        """:meth:`admit` against the counters of every worker."""
-        seat = self._seat
-        assert seat is not None
-        slot = self._slots[name]
-        with seat.lock():
-            self._check_in_flight(name, spec, seat.token_in_flight(slot))
+        name, counters = principal.name, self._counters
+        with counters.lock():
+            self._check_in_flight(name, spec, counters.token_in_flight(name))
             if spec.rate_per_s is not None:
                 now = self._clock()
-                bucket, wait = _take(*seat.bucket(slot), spec.rate_per_s, now)
-                seat.set_bucket(slot, bucket, now)
+                bucket, wait = _take(*counters.bucket(name), spec.rate_per_s, now)
+                counters.set_bucket(name, bucket, now)
                 self._check_rate(name, spec, wait)
-            seat.token_add(slot, 1)
+            counters.token_add(name, 1)
         quota.in_flight += 1
-        quota.shared += 1
+        quota.counted += 1
 
     def _check_in_flight(self, name: str, spec: TokenSpec, in_flight: int) -> None:
         limit = spec.max_in_flight
@@ -245,10 +221,9 @@ class Access:
         quota = self._quotas.get(principal.name)
         if quota is not None and quota.in_flight > 0:
             quota.in_flight -= 1
-            if quota.shared > 0 and self._seat is not None:
-                quota.shared -= 1
-                with self._seat.lock():
-                    self._seat.token_add(self._slots[principal.name], -1)
+            if quota.counted > 0:
+                quota.counted -= 1
+                self._counters.token_add(principal.name, -1)
 
     def in_flight(self) -> dict[str, int]:
         """Requests in flight per token name (for the metrics)."""

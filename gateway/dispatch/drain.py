@@ -6,18 +6,14 @@ and no new job slice, while the attempts already on it finish. Every drain has a
 (``ttl_s``), so a rollout killed between drain and undrain never leaves an instance out of
 service for good.
 
-The deadlines live outside the pool's :class:`~gateway.dispatch.upstreams.Upstream` objects, keyed
-by URL, so a config reload keeps them: in this process (:class:`LocalDrains`), or with several
-worker processes on the shared board (:class:`SharedDrains`, keyed by the upstream's slot, which is
-chosen by URL), so every worker sees a drain made through any of them. The pool reads them
-through the same two calls either way.
+The deadlines live outside the pool's :class:`~gateway.dispatch.upstreams.Upstream` objects, in
+its :class:`~gateway.shared.counters.Counters` keyed by the upstream's slot (chosen by URL), so a
+config reload keeps them, and with several worker processes every worker sees a drain made
+through any of them (:meth:`UpstreamPool.drain <gateway.dispatch.pool.UpstreamPool.drain>`).
 
 Usage::
 
-    drains = LocalDrains() if seat is None else SharedDrains(seat)
-    drains.set(upstream, now + 3600.0)
-    drains.until(upstream) > now      # drained
-    drains.set(upstream, 0.0)         # undrained
+    pool.drain(upstreams, ttl_s=3600.0)
     chosen = select_upstreams(pool.upstreams, DrainSelector(card=0, host="node-1"))
 """
 
@@ -27,46 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.dispatch.upstreams import Upstream
-from gateway.shared.occupancy import Seat
-
-
-class LocalDrains:
-    """Drain deadlines of one process, by upstream URL."""
-
-    def __init__(self) -> None:
-        self._until: dict[str, float] = {}
-
-    def active(self) -> bool:
-        """Whether any deadline is set (an expired one included): the pool's fast path."""
-        return bool(self._until)
-
-    def until(self, upstream: Upstream) -> float:
-        return self._until.get(upstream.url, 0.0)
-
-    def set(self, upstream: Upstream, until: float) -> None:
-        if until:
-            self._until[upstream.url] = until
-        else:
-            self._until.pop(upstream.url, None)
-
-
-class SharedDrains:
-    """Drain deadlines on the workers' board (:mod:`gateway.shared.occupancy`), by upstream slot."""
-
-    def __init__(self, seat: Seat) -> None:
-        self._seat = seat
-
-    def active(self) -> bool:
-        return self._seat.drains() > 0
-
-    def until(self, upstream: Upstream) -> float:
-        return self._seat.drain_until(upstream.slot)
-
-    def set(self, upstream: Upstream, until: float) -> None:
-        self._seat.set_drain(upstream.slot, until)
-
-
-DrainTable = LocalDrains | SharedDrains
 
 
 class SelectionError(ValueError):

@@ -17,11 +17,14 @@ pool's cross-worker half:
 - A worker that frees or takes an upstream while free ones remain wakes every worker whose
   next waiter could use one, so no upstream stays idle while a request waits anywhere.
 
+With one worker process the pool has a :class:`SoloHandoff`: the same calls, nothing to hand
+off, so the pool has one code path either way.
+
 Usage::
 
     handoff = Handoff(seat, clock=time.monotonic, kick=pool.kick)
     with seat.lock():
-        free = [u for u in eligible if handoff.count(u) < limit]
+        free = [u for u in eligible if counters.in_flight(u.slot) < limit]
         if handoff.gate(INTERACTIVE, now, free):
             ...                          # lease one of ``free``
 """
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
+from gateway.dispatch.central_queue import CentralQueue
 from gateway.dispatch.upstreams import Upstream
 from gateway.shared.occupancy import Seat
 
@@ -49,18 +53,6 @@ class Handoff:
         self._deferring: dict[tuple[int, float], float] = {}  # (worker, enqueued) -> since
         self._timer: asyncio.TimerHandle | None = None
         self._published: tuple[object, ...] = (0, 0.0, (), 0, 0)  # what the board shows
-        totals, base = seat.totals()
-
-        def count(upstream: Upstream) -> int:
-            """Attempts in flight at ``upstream`` over all workers (read on every dispatch)."""
-            return totals[base + upstream.slot]
-
-        def counts(upstreams: Iterable[Upstream]) -> list[int]:
-            """:func:`count` of each of ``upstreams``."""
-            return [totals[base + u.slot] for u in upstreams]
-
-        self.count = count
-        self.counts = counts
 
     def publish(
         self, priority: int, enqueued: float, excluded: Iterable[int], waiting: int, background: int
@@ -71,6 +63,42 @@ class Handoff:
         if state != self._published:
             self.seat.publish(priority, enqueued, list(state[2]), waiting, background)
             self._published = state
+
+    def publish_head(self, queue: CentralQueue, slot_of: Callable[[str], int | None]) -> None:
+        """:meth:`publish` the waiter ``queue`` serves next (``slot_of``: an excluded URL's
+        slot, None when it is no longer configured)."""
+        waiter = queue.head()
+        waiting, background = len(queue), queue.background_waiting
+        if waiter is None:
+            self.publish(0, 0.0, (), waiting, background)
+            return
+        excluded = [slot for url in waiter.exclude if (slot := slot_of(url)) is not None]
+        self.publish(waiter.priority, waiter.enqueued, excluded, waiting, background)
+
+    def waiting(self) -> int:
+        """Requests (not job slices) waiting in every worker's central queue."""
+        return self.seat.waiting()
+
+    def depth(self) -> int | None:
+        """The waiters a new request counts against ``queue_max_depth``: every worker's."""
+        return self.seat.waiting()
+
+    def on_enqueued(self, dispatch: Callable[[], None]) -> Callable[[], None] | None:
+        """What runs once a request is queued: a dispatch, under the lock, that may serve it
+        at once (it queued because a waiter elsewhere came first, or another worker took
+        the upstream it chose)."""
+        return dispatch
+
+    def others_wait(self) -> bool:
+        """Whether another worker has published a waiter."""
+        return self.seat.others_wait()
+
+    def wake_all(self) -> None:
+        """Make every other worker run its dispatch (upstreams came back into service)."""
+        seat = self.seat
+        for worker in seat.live():
+            if worker != seat.index:
+                seat.wake(worker)
 
     def gate(self, priority: int, enqueued: float, free: list[Upstream]) -> bool:
         """Whether a waiter of ``(priority, enqueued)`` may take one of ``free`` now.
@@ -123,3 +151,38 @@ class Handoff:
     def _fire(self) -> None:
         self._timer = None
         self._kick()
+
+
+class SoloHandoff:
+    """The handoff of a gateway with one worker process: nobody else to hand work to, so
+    every free upstream is this worker's and nothing is published."""
+
+    def __init__(self, queue: CentralQueue) -> None:
+        self._queue = queue
+
+    def publish_head(self, queue: CentralQueue, slot_of: Callable[[str], int | None]) -> None:
+        pass
+
+    def gate(self, priority: int, enqueued: float, free: list[Upstream]) -> bool:
+        return True
+
+    def wake_others(self, free: list[Upstream]) -> None:
+        pass
+
+    def others_wait(self) -> bool:
+        return False
+
+    def wake_all(self) -> None:
+        pass
+
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def depth(self) -> int | None:
+        return None  # the central queue's own count
+
+    def on_enqueued(self, dispatch: Callable[[], None]) -> Callable[[], None] | None:
+        return None  # a request queues only when nothing here could take it
+
+
+AnyHandoff = Handoff | SoloHandoff

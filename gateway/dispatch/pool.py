@@ -9,11 +9,16 @@ lowest recent service time wins (a median of its last successful attempts, in cl
 wide), then the topology tie-break. All methods run on the event loop thread; the synchronous
 ones are atomic with respect to other coroutines.
 
-With a ``seat`` (one of several worker processes, :mod:`gateway.shared.occupancy`) the in-flight
-counts that the concurrency limit and the load keys read are those of all workers, a free upstream
-goes to the oldest waiter of any worker (:mod:`gateway.dispatch.handoff`), and drains
-(:mod:`gateway.dispatch.drain`) hold in every worker; health, ejection, service times and the retry
-budget stay this worker's own. Without one nothing is shared.
+The pool is put together from three parts: choosing (:mod:`gateway.dispatch.choosing`: the
+policy over the upstreams' loads), leasing (:mod:`gateway.dispatch.leasing`: a place on an
+upstream, counted) and queueing (:mod:`gateway.dispatch.queueing`: waiting for capacity). The
+counts they read live in one :class:`~gateway.shared.counters.Counters`: this process's
+(:class:`~gateway.shared.counters.LocalCounters`), or with a ``seat`` (one of several worker
+processes, :mod:`gateway.shared.occupancy`) those of all workers
+(:class:`~gateway.shared.counters.SharedCounters`): then the concurrency limit and the load keys
+count every worker's attempts, drains (:mod:`gateway.dispatch.drain`) hold in every worker, and a
+free upstream goes to the oldest waiter of any worker (:mod:`gateway.dispatch.handoff`); health,
+ejection, service times and the retry budget stay this worker's own. The code path is the same.
 
 No capacity is a wait, not an error: when no upstream can take a request (all drained, all
 unreachable, the first deploy), it waits in the central queue, in every mode, until one comes
@@ -37,36 +42,24 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Callable, Collection, Hashable, Sequence
-from operator import attrgetter, itemgetter
+from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
 from gateway.config.settings import Settings
 from gateway.dispatch.central_queue import BACKGROUND, INTERACTIVE, RETRY, CentralQueue
-from gateway.dispatch.drain import DrainTable, LocalDrains, SharedDrains
-from gateway.dispatch.handoff import Handoff
+from gateway.dispatch.choosing import Chooser
+from gateway.dispatch.handoff import AnyHandoff, Handoff, SoloHandoff
+from gateway.dispatch.leasing import Leasing
 from gateway.dispatch.outlier import PoolHealth
-from gateway.dispatch.policies import Policy, make_policy
+from gateway.dispatch.policies import Policy
+from gateway.dispatch.queueing import Queueing
 from gateway.dispatch.upstreams import FAILURE_OUTCOMES, GOOD_OUTCOMES, OUTCOMES, Lease, Upstream
 from gateway.errors import NoUpstreamAvailable
 from gateway.observability.metrics import GatewayMetrics
+from gateway.shared.counters import Counters, LocalCounters, SharedCounters
 from gateway.shared.occupancy import Seat, SlotsExhausted
 
 log = logging.getLogger("gateway.pool")
-
-_OPTIMISTIC_TRIES = 3  # choices made outside the board's lock before a request queues
-
-
-_HALF_CLASS_UP = math.sqrt(2)  # a service time within half a class of the average is class 0
-_HALF_CLASS_DOWN = 1 / _HALF_CLASS_UP
-
-
-def _summer(offsets: list[int]) -> Callable[[list[int]], int]:
-    """A function that sums the items of a list at ``offsets`` (in C, not a Python loop)."""
-    if len(offsets) == 1:
-        return itemgetter(offsets[0])
-    pick = itemgetter(*offsets)
-    return lambda column: sum(pick(column))
 
 
 class UpstreamPool(PoolHealth):
@@ -84,40 +77,50 @@ class UpstreamPool(PoolHealth):
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         seat: Seat | None = None,
+        counters: Counters | None = None,
     ) -> None:
-        self._rng = rng or random.Random()
+        """``seat``: this worker's place on the workers' board (several worker processes),
+        None with one; ``counters``: where leases and drains are counted (default: this
+        process's, or the workers' of ``seat``)."""
         self._clock = clock
         self.metrics = metrics
         self.upstreams: list[Upstream] = []
         self._by_url: dict[str, Upstream] = {}
+        if counters is None:
+            counters = LocalCounters() if seat is None else SharedCounters(seat)
+        self.counters = counters
         self.queue = CentralQueue(metrics, clock=clock, retry_after=self.retry_after)
-        self.handoff = None if seat is None else Handoff(seat, clock, self.kick)
-        self.drains: DrainTable = LocalDrains() if seat is None else SharedDrains(seat)
-        # attempts in flight at an upstream: this process's, or all workers'
-        self._count: Callable[[Upstream], int] = attrgetter("in_flight")
-        self._load: dict[Hashable, int] = {}  # this process's leases per place (Upstream.places)
-        if self.handoff is not None:
-            self._count = self.handoff.count
-            self.queue.on_change = self._publish
+        self.handoff: AnyHandoff = (
+            SoloHandoff(self.queue) if seat is None else Handoff(seat, clock, self.kick)
+        )
+        self.chooser = Chooser(self.counters, rng or random.Random(), clock, settings)
+        self._count = self.chooser.count
+        self.leasing = Leasing(self.counters, clock)
+        self._lease = self.leasing.lease
+        self.queueing = Queueing(
+            self.queue,
+            self.handoff,
+            self.counters,
+            self.chooser,
+            self._lease,
+            self._free,
+            self._slot_of,
+        )
         self.active_requests = 0
         self.retries_in_flight = 0
         self.settings = settings
-        self.policy: Policy = make_policy(settings.load_balance.mode, self._rng)
         self.reconfigure(settings)
 
     # ----------------------------------------------------------------- configuration
     def reconfigure(self, settings: Settings) -> None:
         """Swap in new settings; state is kept for URLs present before and after."""
-        old_mode = self.settings.load_balance.mode
         self.settings = settings
-        if settings.load_balance.mode != old_mode:
-            self.policy = make_policy(settings.load_balance.mode, self._rng)
         upstreams = []
         for spec in settings.upstreams:
             current = self._by_url.get(spec.url)
             if current is None:
                 current = Upstream(spec=spec)
-                if self.handoff is not None and not self._claim_slot(current):
+                if not self._claim_slot(current):
                     continue
             else:
                 current.set_spec(spec)
@@ -127,39 +130,21 @@ class UpstreamPool(PoolHealth):
                 u.probe_healthy, u.probe_failures, u.unreachable = True, 0, False
         self.upstreams = upstreams
         self._by_url = {u.url: u for u in upstreams}
-        self._index_places()
+        self.chooser.configure(settings, upstreams)
         self._dispatch()
 
-    def _index_places(self) -> None:
-        """Number the places (vLLM, card, host) the upstreams name, so that a dispatch reads
-        their loads from a list (:meth:`_place_loads`): ``u.place_ix`` are the numbers of
-        ``u``'s vLLM, card and host, one past the last place (a load that is always 0) for one
-        it does not name."""
-        members: dict[Hashable, list[Upstream]] = {}
-        for u in self.upstreams:
-            for place in u.places:
-                members.setdefault(place, []).append(u)
-        self._places = list(members)
-        number = {place: i for i, place in enumerate(self._places)}
-        for u in self.upstreams:
-            u.place_ix = tuple(len(number) if p is None else number[p] for p in u.place_keys)
-        # with a seat: each place's load is the sum of its upstreams' totals, read from one
-        # slice of the shared column (slots ``_slot_lo`` up to ``_slot_hi``)
-        slots = [u.slot for u in self.upstreams] or [0]
-        self._slot_lo, self._slot_hi = min(slots), max(slots) + 1
-        self._place_sums = [
-            _summer([u.slot - self._slot_lo for u in group]) for group in members.values()
-        ]
-
     def _claim_slot(self, upstream: Upstream) -> bool:
-        """Give a new upstream its shared-table slot; False (logged) when the table is full."""
-        assert self.handoff is not None
+        """Give a new upstream its slot in the counters; False (logged) when they are full."""
         try:
-            upstream.slot = self.handoff.seat.upstream_slot(upstream.url)
+            upstream.slot = self.counters.upstream_slot(upstream.url)
         except SlotsExhausted as exc:
             log.error("upstream %s left out: %s", upstream.url, exc)
             return False
         return True
+
+    def _slot_of(self, url: str) -> int | None:
+        u = self._by_url.get(url)
+        return None if u is None else u.slot
 
     def get(self, url: str) -> Upstream | None:
         return self._by_url.get(url)
@@ -169,11 +154,13 @@ class UpstreamPool(PoolHealth):
         return self.settings.load_balance.mode
 
     @property
+    def policy(self) -> Policy:
+        return self.chooser.policy
+
+    @property
     def queue_depth(self) -> int:
         """Requests waiting in the central queue (of every worker, with a seat)."""
-        if self.handoff is not None:
-            return self.handoff.seat.waiting()
-        return len(self.queue)
+        return self.handoff.waiting()
 
     # ----------------------------------------------------------------- eligibility
     def eligible(self, now: float | None = None) -> tuple[list[Upstream], bool]:
@@ -192,27 +179,29 @@ class UpstreamPool(PoolHealth):
             return [u for u in serving if not u.unreachable], True
         return healthy, False
 
+    def _free(self, limit: float) -> list[Upstream]:
+        """The eligible upstreams with fewer than ``limit`` attempts in flight."""
+        count = self._count
+        return [u for u in self.eligible()[0] if count(u) < limit]
+
     def in_service(self, now: float | None = None) -> list[Upstream]:
         """The upstreams not drained (a drain past its deadline is undone here)."""
-        if not self.drains.active():
+        if not self.counters.drains_active():
             return self.upstreams
         now = self._clock() if now is None else now
         return [u for u in self.upstreams if not self._drained(u, now)]
 
     def _drained(self, u: Upstream, now: float) -> bool:
-        until = self.drains.until(u)
+        counters = self.counters
+        until = counters.drain_until(u.slot)
         if not until:
             return False
         if until > now:
             return True
-        if self.handoff is None:
-            self.drains.set(u, 0.0)
-            log.warning("upstream %s: drain expired (ttl_s); back in service", u.url)
-        else:
-            with self.handoff.seat.lock():  # one worker undoes it and says so
-                if self.drains.until(u) == until:
-                    self.drains.set(u, 0.0)
-                    log.warning("upstream %s: drain expired (ttl_s); back in service", u.url)
+        with counters.lock():  # one worker undoes it and says so
+            if counters.drain_until(u.slot) == until:
+                counters.set_drain(u.slot, 0.0)
+                log.warning("upstream %s: drain expired (ttl_s); back in service", u.url)
         return False
 
     # ----------------------------------------------------------------- drains
@@ -220,24 +209,20 @@ class UpstreamPool(PoolHealth):
         """Give ``upstreams`` no new work for ``ttl_s`` seconds (again: a new deadline)."""
         until = self._clock() + ttl_s
         for u in upstreams:
-            self.drains.set(u, until)
+            self.counters.set_drain(u.slot, until)
 
     def undrain(self, upstreams: Collection[Upstream]) -> None:
         """Take ``upstreams`` back in (idempotent) and serve the requests waiting for them, in
         every worker."""
         for u in upstreams:
-            self.drains.set(u, 0.0)
+            self.counters.set_drain(u.slot, 0.0)
         self._dispatch()
-        if self.handoff is not None:
-            seat = self.handoff.seat
-            for worker in seat.live():
-                if worker != seat.index:
-                    seat.wake(worker)
+        self.handoff.wake_all()
 
     def drained_for(self, u: Upstream, now: float | None = None) -> float | None:
         """Seconds left of ``u``'s drain, None when it is not drained."""
         now = self._clock() if now is None else now
-        until = self.drains.until(u)
+        until = self.counters.drain_until(u.slot)
         return until - now if until > now else None
 
     def in_flight(self, u: Upstream) -> int:
@@ -248,7 +233,7 @@ class UpstreamPool(PoolHealth):
         """``u``'s state: "draining"/"drained" (with/without attempts in flight), else its
         health state (``Upstream.state``)."""
         now = self._clock() if now is None else now
-        if self.drains.active() and self.drains.until(u) > now:
+        if self.counters.drains_active() and self.counters.drain_until(u.slot) > now:
             return "draining" if self._count(u) else "drained"
         return u.state(now)
 
@@ -270,86 +255,11 @@ class UpstreamPool(PoolHealth):
         listing = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
         return f"no upstream can take requests: {listing} of {len(self.upstreams)}"
 
-    def _counts(self, upstreams: Sequence[Upstream]) -> list[int]:
-        """The attempts in flight at each of ``upstreams`` (of every worker, with a seat)."""
-        if self.handoff is None:
-            return [u.in_flight for u in upstreams]
-        return self.handoff.counts(upstreams)
-
-    def _load_keys(self, candidates: Sequence[Upstream]) -> list[tuple[float, ...]] | None:
-        """The sort key of each candidate: in-flight count, then (``queue`` mode) the speed
-        class, then (topology-aware) the in-flight totals of its vLLM, card and host; None
-        when every candidate's key is the same (an idle fleet of average speed)."""
-        counts = self._counts(candidates)
-        classes = self._speed_classes() if self.policy.uses_queue else {}
-        loads = self._place_loads() if self.settings.load_balance.topology_aware else None
-        if not loads:  # no topology, or nothing in flight anywhere
-            if not classes:
-                return None if min(counts) == max(counts) else [(n,) for n in counts]
-            return [
-                (n, classes.get(u.spec.url, 0)) for u, n in zip(candidates, counts, strict=True)
-            ]
-        if not classes:  # every speed average: the class is 0 for all, left out of the key
-            return [
-                (n, loads[(k := u.place_ix)[0]], loads[k[1]], loads[k[2]])
-                for u, n in zip(candidates, counts, strict=True)
-            ]
-        return [
-            (n, classes.get(u.spec.url, 0), loads[(k := u.place_ix)[0]],
-             loads[k[1]], loads[k[2]])
-            for u, n in zip(candidates, counts, strict=True)
-        ]  # fmt: skip
-
-    def _place_loads(self) -> list[int]:
-        """Attempts in flight at each numbered place (:meth:`_index_places`), and a last 0;
-        empty when nothing is in flight anywhere."""
-        if self.handoff is None:
-            if not self._load:
-                return []
-            get = self._load.get
-            return [*(get(place, 0) for place in self._places), 0]
-        totals, base = self.handoff.seat.totals()
-        column = totals[base + self._slot_lo : base + self._slot_hi].tolist()
-        if not any(column):
-            return []
-        return [*(total(column) for total in self._place_sums), 0]
-
     def _places_load(self) -> dict[Hashable, int]:
-        """Attempts in flight per vLLM, card and host (``Upstream.places``), those not 0: kept
-        up to date by the leases of this process, or summed over the workers' shared table."""
-        if self.handoff is None:
-            return dict(self._load)
-        return {p: n for p, n in zip(self._places, self._place_loads(), strict=False) if n}
-
-    def _speed_classes(self) -> dict[str, int]:
-        """Each upstream's service time as a class, ``round(log2(service / average))``, for
-        the upstreams whose class is not 0.
-
-        ``service_s`` is the median of the upstream's last successful attempts; an upstream
-        without one, or whose last sample is older than ``load_balance.speed_memory_s``, counts
-        as average (class 0). Classes are a factor of 2 wide, so the noise between instances of
-        the same speed (documents differ in size) does not separate them and the topology
-        tie-break still decides among them, while a 3x slower instance ranks behind every
-        average one.
-        """
-        now = self._clock()
-        memory = self.settings.load_balance.speed_memory_s
-        timed = [
-            (u, u.service_s) for u in self.upstreams if u.service_s and now - u.service_at <= memory
-        ]
-        if not timed:
-            return {}
-        known = [u for u, _ in timed]
-        services = [service for _, service in timed]
-        average = sum(services) / len(services)
-        low, high = average * _HALF_CLASS_DOWN, average * _HALF_CLASS_UP  # class 0 in between
-        if low <= min(services) and max(services) < high:
-            return {}
-        return {
-            u.spec.url: round(math.log2(service / average))
-            for u, service in zip(known, services, strict=True)
-            if not low <= service < high
-        }
+        """Attempts in flight per vLLM, card and host (``Upstream.places``), those not 0 (of
+        every worker, with a seat)."""
+        places = self.chooser.places
+        return {p: n for p, n in zip(places, self.chooser.place_loads(), strict=False) if n}
 
     def _speed_known(self, u: Upstream, now: float) -> bool:
         """Whether ``u`` has a service time measured within ``speed_memory_s``."""
@@ -361,28 +271,6 @@ class UpstreamPool(PoolHealth):
         return lb.upstream_concurrency if self.policy.uses_queue else math.inf
 
     # ----------------------------------------------------------------- leases
-    def _lease(self, upstream: Upstream, queued_s: float = 0.0, limited: bool = True) -> Lease:
-        upstream.in_flight += 1
-        places = upstream.places
-        if self.handoff is not None:
-            self.handoff.seat.add(upstream.slot, 1)
-        else:
-            load = self._load
-            for place in places:
-                load[place] = load.get(place, 0) + 1
-        lease = Lease(
-            upstream=upstream,
-            started=self._clock(),
-            queued_s=queued_s,
-            limited=limited,
-            places=places,
-        )
-        upstream.leases.add(lease)
-        return lease
-
-    def _choose(self, candidates: list[Upstream]) -> Upstream:
-        return self.policy.choose(candidates, self.upstreams, self._load_keys)
-
     async def acquire(
         self,
         exclude: Collection[str] = (),
@@ -400,7 +288,9 @@ class UpstreamPool(PoolHealth):
         in turn); ``QueueFull`` when the queue is at ``queue_max_depth``, ``QueueTimeout``
         after ``timeout`` seconds. ``bypass_limit`` skips the concurrency limit (cheap calls
         such as ``/restructure-pages``). ``background`` (job slices): in ``queue`` mode it
-        waits behind every interactive request, even for a free upstream.
+        waits behind every interactive request, even for a free upstream; with several
+        workers a request also waits when an older waiter of another worker could use every
+        free upstream.
 
         With no upstream able to take it (none eligible: drained, unreachable), a request
         waits in the queue in every mode, for one not in ``exclude`` to come back.
@@ -416,13 +306,16 @@ class UpstreamPool(PoolHealth):
             if eligible or all(u.url in excluded for u in self.upstreams):
                 raise NoUpstreamAvailable("every upstream has been tried")
         elif bypass_limit or limit == math.inf:
-            return self._lease(self._choose(candidates), limited=not bypass_limit)
-        elif self.handoff is None:
-            free = [u for u in candidates if u.in_flight < limit]
-            if free and not (background and self.queue.interactive_waiting):
-                return self._lease(self._choose(free))
+            return self._lease(self.chooser.choose(candidates), limited=not bypass_limit)
         else:
-            lease = self._lease_shared(candidates, limit, retry, background)
+            priority = BACKGROUND if background else RETRY if retry else INTERACTIVE
+
+            def may_take(free: list[Upstream]) -> bool:
+                if background and self.queue.interactive_waiting:
+                    return False
+                return self.handoff.gate(priority, self._clock(), free)
+
+            lease = self.leasing.take(candidates, limit, self.chooser, may_take)
             if lease is not None:
                 return lease
         return await self.queue.wait(
@@ -433,89 +326,13 @@ class UpstreamPool(PoolHealth):
             abandon=lambda lease: self.release(lease, "cancelled", 0.0),
             tenant=tenant,
             background=background,
-            depth=None if self.handoff is None else self.queue_depth,
-            enqueued=None if self.handoff is None else self._dispatch,
+            depth=self.handoff.depth(),
+            enqueued=self.handoff.on_enqueued(self._dispatch),
         )
 
-    def _lease_shared(
-        self, candidates: list[Upstream], limit: float, retry: bool, background: bool
-    ) -> Lease | None:
-        """A lease at once, unless every upstream is taken over all workers or an older
-        waiter of another worker comes first (None: wait in the queue).
-
-        The choice is made without the lock (it reads every upstream's load, ~0.1 ms); the
-        lock is held only to check that the chosen upstream is still free and count the lease,
-        so the workers do not queue behind each other's choices. Another worker taking it in
-        between means choosing again (at most ``_OPTIMISTIC_TRIES`` times, then the request
-        joins the queue, whose dispatch runs at once under the lock).
-        """
-        handoff = self.handoff
-        assert handoff is not None
-        priority = BACKGROUND if background else RETRY if retry else INTERACTIVE
-        for _ in range(_OPTIMISTIC_TRIES):
-            counts = handoff.counts(candidates)
-            free = [u for u, n in zip(candidates, counts, strict=True) if n < limit]
-            if not free or (background and self.queue.interactive_waiting):
-                return None
-            if not handoff.gate(priority, self._clock(), free):
-                return None
-            chosen = self._choose(free)
-            with handoff.seat.lock():
-                if self._count(chosen) < limit:
-                    return self._lease(chosen)
-        return None
-
     def _dispatch(self, released: Upstream | None = None) -> None:
-        """Hand free upstreams to the queued requests (``released``: one was just given back,
-        with a seat the other workers hear of it)."""
-        if self.handoff is not None:
-            self._dispatch_shared(released)
-            return
-        if not self.queue:
-            return
-        limit = self._limit()
-        eligible, _ = self.eligible()
-        free = [u for u in eligible if u.in_flight < limit]
-        self.queue.dispatch(free, limit, self._choose, self._lease)
-
-    def _dispatch_shared(self, released: Upstream | None) -> None:
-        assert self.handoff is not None
-        limit = self._limit()
-        if not self.queue:
-            if released is not None and self._count(released) < limit:
-                # no lock needed: the release was counted under it, and a worker that
-                # published its waiter before that is seen here, one that did after saw it
-                self.handoff.wake_others([released])
-            return
-        with self.handoff.seat.lock():
-            eligible, _ = self.eligible()
-            free = [u for u in eligible if self._count(u) < limit]
-            served = 0
-            if free:
-                gate = self.handoff.gate
-                served = self.queue.dispatch(
-                    free,
-                    limit,
-                    self._choose,
-                    self._lease,
-                    count=self._count,
-                    gate=lambda w, options: gate(w.priority, w.enqueued, options),
-                )
-            self._publish()
-            if released is not None or served:
-                self.handoff.wake_others(free)
-
-    def _publish(self) -> None:
-        """Tell the other workers which waiter this one serves next (see
-        gateway.dispatch.handoff)."""
-        assert self.handoff is not None
-        waiter = self.queue.head()
-        waiting, background = len(self.queue), self.queue.background_waiting
-        if waiter is None:
-            self.handoff.publish(0, 0.0, (), waiting, background)
-            return
-        excluded = [u.slot for url in waiter.exclude if (u := self._by_url.get(url)) is not None]
-        self.handoff.publish(waiter.priority, waiter.enqueued, excluded, waiting, background)
+        """Hand free upstreams to the queued requests (``released``: one was just given back)."""
+        self.queueing.dispatch(self._limit, released)
 
     def kick(self) -> None:
         """Re-run dispatch (ejections expire by time, so the maintenance loop calls this)."""
@@ -525,22 +342,9 @@ class UpstreamPool(PoolHealth):
         self, lease: Lease, outcome: str, latency_s: float, error: str | None = None
     ) -> None:
         """Return a lease with the attempt's outcome; updates counters and passive health."""
-        if lease.released:
+        if not self.leasing.give_back(lease):
             return
-        lease.released = True
-        lease.cancel = None
         u = lease.upstream
-        u.leases.discard(lease)
-        u.in_flight = max(0, u.in_flight - 1)
-        if self.handoff is not None:
-            self.handoff.seat.add(u.slot, -1)
-        else:
-            load = self._load
-            for place in lease.places:
-                if (left := load.get(place, 0) - 1) > 0:
-                    load[place] = left
-                else:
-                    load.pop(place, None)
         u.outcomes[outcome] += 1
         now = self._clock()
         if outcome in GOOD_OUTCOMES:
@@ -625,6 +429,7 @@ class UpstreamPool(PoolHealth):
         """
         now = self._clock()
         _, panic = self.eligible(now)
+        seat = self.counters.workers()
         items = []
         for u in self.upstreams:
             s = u.spec
@@ -647,7 +452,7 @@ class UpstreamPool(PoolHealth):
                     "service_ms": None if u.service_s is None else round(u.service_s * 1000, 1),
                 }
             )
-            if self.handoff is not None:
+            if seat is not None:
                 items[-1]["in_flight_worker"] = u.in_flight
         doc: dict[str, Any] = {
             "mode": self.mode,
@@ -657,8 +462,7 @@ class UpstreamPool(PoolHealth):
             "retries_in_flight": self.retries_in_flight,
             "upstreams": items,
         }
-        if self.handoff is not None:
-            seat = self.handoff.seat
+        if seat is not None:
             doc["workers"] = {
                 "count": seat.workers,
                 "this": seat.index,

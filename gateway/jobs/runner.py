@@ -24,7 +24,7 @@ taken over, and finished slices are kept. Every store call runs in a thread, off
 
 Usage::
 
-    runner = JobRunner(runtime, store)
+    runner = JobRunner(runtime, store)  # the runtime, or any JobServices
     await runner.start()
     runner.wake()          # after a submit
     await runner.stop()
@@ -42,7 +42,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pybase64
 
@@ -65,7 +65,12 @@ from gateway.upstream.paddlex_api import layout_body, restructure_body, restruct
 from gateway.wire.upstream_http import UpstreamClient
 
 if TYPE_CHECKING:
-    from gateway.runtime import Runtime
+    import httpx
+
+    from gateway.config.settings import Settings
+    from gateway.dispatch.pool import UpstreamPool
+    from gateway.inputs.document import DocumentInspector
+    from gateway.upstream.proxy import Proxy
 
 log = logging.getLogger("gateway.jobs")
 
@@ -74,11 +79,35 @@ _WAITED = frozenset({"no_capacity", "queue_timeout", "queue_full"})  # 503s that
 _SAW = frozenset({"server_error", "timeout", "reset", "protocol_error"})  # failed there
 
 
+class JobServices(Protocol):
+    """The pieces of the running gateway the runner uses (:class:`gateway.runtime.Runtime` has
+    them). Read on each use, not copied: a config reload swaps ``settings`` and the client."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def pool(self) -> UpstreamPool: ...
+
+    @property
+    def proxy(self) -> Proxy: ...
+
+    @property
+    def inspector(self) -> DocumentInspector: ...
+
+    @property
+    def client(self) -> UpstreamClient | None: ...
+
+    def fetch_client(self) -> httpx.AsyncClient:
+        """The client for callers' URL fetches (guarded)."""
+        ...
+
+
 class JobRunner:
     """See module doc."""
 
-    def __init__(self, runtime: Runtime, store: JobBackend) -> None:
-        self.runtime = runtime
+    def __init__(self, services: JobServices, store: JobBackend) -> None:
+        self.services = services
         self.store = store
         self.owner = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         self._wake = asyncio.Event()
@@ -95,7 +124,7 @@ class JobRunner:
 
     @property
     def jobs(self) -> Any:
-        return self.runtime.settings.jobs
+        return self.services.settings.jobs
 
     async def start(self) -> None:
         await self.store.register_owner(self.owner)
@@ -160,7 +189,7 @@ class JobRunner:
         end. With no interactive request at all, up to ``slots / 4`` more wait in the central
         queue, ready: an upstream that ends a slice gets the next one at once instead of
         after a round trip through the store."""
-        pool, settings = self.runtime.pool, self.runtime.settings
+        pool, settings = self.services.pool, self.services.settings
         eligible, _ = pool.eligible()
         slots = max(1, len(eligible) * settings.load_balance.upstream_concurrency)
         interactive = max(0, sum(u.in_flight for u in eligible) - self._sent)
@@ -178,8 +207,8 @@ class JobRunner:
         free for them: on a busy fleet a few slots free for a moment do not cut a job into
         small slices whose per-request cost the fleet then pays. A job of up to
         ``fanout.threshold_pages`` pages is one slice."""
-        fanout, settings = self.runtime.settings.fanout, self.runtime.settings
-        eligible, _ = self.runtime.pool.eligible()
+        fanout, settings = self.services.settings.fanout, self.services.settings
+        eligible, _ = self.services.pool.eligible()
         slots = max(1, len(eligible) * settings.load_balance.upstream_concurrency)
         least = math.ceil(fanout.max_slice_pages * (1 - max(0, start) / slots))
 
@@ -304,7 +333,7 @@ class JobRunner:
         if job.kind != "pdf":
             return [pybase64.b64encode_as_string(data)] * len(claims)
         slices = [job.pages[c.first : c.first + c.count] for c in claims]
-        parts = await self.runtime.inspector.cut(data, slices, self.runtime.settings.input)
+        parts = await self.services.inspector.cut(data, slices, self.services.settings.input)
         return await asyncio.to_thread(lambda: [pybase64.b64encode_as_string(p) for p in parts])
 
     async def _slice_attempt(
@@ -366,9 +395,9 @@ class JobRunner:
     ) -> tuple[list[Any] | None, str | None]:
         """For a slice that may have been sent before (a crash or a lost lease): its pages if
         a keeper kept the answer, else the instance still parsing it (to wait for it there)."""
-        settings = self.runtime.settings
+        settings = self.services.settings
         keepers = sorted(settings.keepers)
-        client = self.runtime.client
+        client = self.services.client
         if not keepers or client is None:
             return None, None
         found = await find_slice(client, keepers, key, settings.http.connect_timeout_s)
@@ -382,7 +411,7 @@ class JobRunner:
             log.info("slice %s: answer taken from a keeper, not parsed again", key)
             return pages, None
         pin = found.running_on
-        if pin is None or pin in claim.failed or self.runtime.pool.get(pin) is None:
+        if pin is None or pin in claim.failed or self.services.pool.get(pin) is None:
             return None, None
         log.info("slice %s: still parsing on %s, waiting for it there", key, pin)
         return None, pin
@@ -390,7 +419,7 @@ class JobRunner:
     async def _dispatch(self, claim: SliceClaim, work: Work, pin: str | None) -> list[Any]:
         """The slice through the central queue with failover; first on ``pin`` alone (its
         keeper attaches to the parse running there), then anywhere if that fails."""
-        settings, proxy = self.runtime.settings, self.runtime.proxy
+        settings, proxy = self.services.settings, self.services.proxy
         pages: list[Any]
         if pin is not None:
             others = frozenset(settings.upstream_urls) - {pin}
@@ -493,8 +522,8 @@ class JobRunner:
                 raise UpstreamFailure("protocol_error", "page count changed in restructure", 200)
             return merged
 
-        merged, _, _ = await self.runtime.proxy.run(
-            self.runtime.settings, work, bypass_limit=True, tenant=job.tenant
+        merged, _, _ = await self.services.proxy.run(
+            self.services.settings, work, bypass_limit=True, tenant=job.tenant
         )
         return [{**page, **new} for page, new in zip(pages, merged, strict=True)]
 
@@ -504,10 +533,10 @@ class JobRunner:
         if current is None or job.callback_url is None:
             return
         try:
-            response = await self.runtime.fetch_client().post(
+            response = await self.services.fetch_client().post(
                 job.callback_url,
                 json={"code": 0, "msg": "Success", "data": job_data(current, None)},
-                timeout=self.runtime.settings.input.url_timeout_s,
+                timeout=self.services.settings.input.url_timeout_s,
             )
             log.info("job %s: callback answered %d", job.id, response.status_code)
         except Exception as exc:

@@ -80,13 +80,10 @@ def spread_size(count: int, max_slice: int, free: int) -> int:
 def free_capacity(pool: UpstreamPool, settings: Settings) -> int:
     """Upstream slots free now (eligible upstreams below ``upstream_concurrency``), less the
     interactive requests already waiting for one; 0 when the fleet is busy. With several
-    gateway workers the attempts in flight are those of every worker (``pool.handoff``)."""
+    gateway workers the attempts in flight are those of every worker (``pool.in_flight``)."""
     eligible, _ = pool.eligible()
     limit = settings.load_balance.upstream_concurrency
-    handoff = getattr(pool, "handoff", None)
-    count: Callable[[Upstream], int] = (
-        handoff.count if handoff is not None else (lambda u: u.in_flight)
-    )
+    count = pool.in_flight
     free = sum(max(0, limit - count(u)) for u in eligible)
     return max(0, free - pool.queue.interactive_waiting)
 
