@@ -49,7 +49,8 @@ def test_job_store_stats_follow_progress_and_age(tmp_path: Path) -> None:
     assert got["gateway_jobs{state=running}"] == 1
     assert got["gateway_job_pages_waiting"] == 6
     assert 119 < got["gateway_job_oldest_waiting_seconds"] < 121
-    assert got["gateway_jobs_disk_free_bytes"] == stats["disk_free_bytes"]
+    # read again from the file system: other processes write meanwhile
+    assert abs(got["gateway_jobs_disk_free_bytes"] - stats["disk_free_bytes"]) < 256 * 2**20
     assert got["process_resident_memory_bytes"] > 0 and "process_cpu_seconds_total" in got
     store.close()
 
