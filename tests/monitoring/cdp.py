@@ -81,7 +81,10 @@ class Browser:
     def _read_message(self, deadline: float) -> dict[str, Any]:
         while b"\0" not in self._buffer:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._in], [], [], left)[0]:
+            # poll, not select: a long test run may hold descriptors above select's 1024
+            poller = select.poll()
+            poller.register(self._in, select.POLLIN)
+            if left <= 0 or not poller.poll(left * 1000):
                 raise CdpError("chromium did not answer in time")
             chunk = os.read(self._in, 1 << 20)
             if not chunk:
