@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.gateway_view import wait_for_every_worker
 from tests.e2e.pulumi_stack import REPO, changed
 from tests.e2e.sim_stack import SimStack, sim_stack
 from tests.e2e.test_fleet_on_docker import docker, labelled_containers
@@ -72,9 +73,27 @@ def healthy(url: str) -> bool:
         return False
 
 
-def gateway_states(fleet: SimStack) -> dict[str, str]:
-    answer = httpx.get(f"{fleet.plan.gateway.url}/upstreams", headers=ADMIN, timeout=10)
-    return {u["url"]: u["state"] for u in answer.json()["upstreams"]}
+def gateway_sees_all_healthy(fleet: SimStack) -> None:
+    wait_for_every_worker(
+        fleet.plan.gateway.url,
+        ADMIN,
+        lambda states: set(states.values()) == {"healthy"},
+        explain=lambda: gateway_logs(fleet),
+    )
+
+
+def _output(done: subprocess.CompletedProcess[str]) -> str:
+    return done.stdout + done.stderr
+
+
+def gateway_logs(fleet: SimStack, tail: int = 60) -> str:
+    """The last lines of every container of this module's gateway: for a failure's message."""
+    names = docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
+    return "\n".join(
+        f"--- {name}\n" + _output(docker("logs", "--tail", str(tail), name))
+        for name in names
+        if name.startswith(fleet.gateway_name)
+    )
 
 
 def start_command_state(fleet: SimStack) -> dict:
@@ -142,11 +161,7 @@ def test_a_stopped_vllm_is_started_and_waited_for_and_its_paddlex_service_restar
     assert "create-replacement" in touched["local-card-0-vllm-0-ready"]  # waited for again
     assert touched["local-card-0-paddlex-0-start"] == {"update"}
     assert len(services(paddlex.container_name)) == 1
-    deadline = time.monotonic() + 60  # the gateway's probes see it back
-    while set(gateway_states(fleet).values()) != {"healthy"} and time.monotonic() < deadline:
-        time.sleep(0.5)
-    upstreams = httpx.get(f"{plan.gateway.url}/upstreams", headers=ADMIN, timeout=10).text
-    assert set(gateway_states(fleet).values()) == {"healthy"}, upstreams
+    gateway_sees_all_healthy(fleet)  # every worker's probes see it back
 
 
 def fleetctl(fleet: SimStack, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -174,4 +189,6 @@ def test_a_removed_paddlex_is_named_with_its_repair_and_a_plain_up_creates_it(fl
     assert "create" in changed(steps)["local-card-0-paddlex-0"]
     assert healthy(f"{paddlex.url}/health")
     assert len(services(paddlex.container_name)) == 1
-    assert fleetctl(fleet, tmp_path, "status").returncode == 0
+    gateway_sees_all_healthy(fleet)  # what `status` reports as the gateway's view
+    status = fleetctl(fleet, tmp_path, "status")
+    assert status.returncode == 0, status.stdout + status.stderr + gateway_logs(fleet)

@@ -29,6 +29,7 @@ from PIL import Image
 
 from components.plan import FleetPlan, build_plan
 from components.settings import load_settings
+from tests.e2e.gateway_view import wait_for_every_worker
 from tests.e2e.job_api import finished_job
 from tests.e2e.pulumi_stack import REPO, PulumiStack, Step, changed
 from tests.sim.helpers import wait_http_ok
@@ -118,14 +119,14 @@ def removed_unless_named_elsewhere(image_id: str) -> bool:
 
 
 def wait_until_all_healthy(fleet: Fleet, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    states: dict[str, str] = {}
-    while time.monotonic() < deadline:
-        states = {u["url"]: u["state"] for u in gateway_upstreams(fleet)}
-        if len(states) == len(fleet.plan.paddlex) and set(states.values()) == {"healthy"}:
-            return
-        time.sleep(1)
-    raise AssertionError(f"the gateway does not see every upstream healthy: {states}")
+    wait_for_every_worker(
+        fleet.gateway,
+        ADMIN,
+        lambda states: (
+            len(states) == len(fleet.plan.paddlex) and set(states.values()) == {"healthy"}
+        ),
+        timeout_s,
+    )
 
 
 def gateway_upstreams(fleet: Fleet) -> list[dict]:

@@ -12,10 +12,10 @@ import json
 import os
 import time
 
-import httpx
 import pytest
 
 from bench.rollout.load import CapacitySampler, ClientLoad, summarize
+from tests.e2e.gateway_view import wait_for_every_worker
 from tests.e2e.sim_stack import SimStack, sim_stack, tokens
 from tests.e2e.test_fleet_on_docker import docker, labelled_containers
 
@@ -82,8 +82,12 @@ def test_instances_past_max_documents_are_recycled_under_load_with_no_failed_req
     assert summary["capacity_floor"] >= 1, summary  # never both instances out
     for name in paddlex:
         assert started_at(name) != first_start[name], f"{name} was not restarted"
-    states = httpx.get(f"{fleet.url}/upstreams", headers=ADMIN, timeout=10).json()["upstreams"]
-    assert all(u["state"] in ("healthy", "draining", "drained") for u in states), states
+    wait_for_every_worker(
+        fleet.url,
+        ADMIN,
+        lambda states: set(states.values()) <= {"healthy", "draining", "drained"},
+        timeout_s=30,
+    )
 
 
 def test_the_gateway_knows_the_recycler_by_its_own_token_name(fleet):
