@@ -71,7 +71,8 @@ echo "== upstreams:"
 pulumi stack output --stack "$stack" upstreams --json
 echo
 echo "== call the gateway (a token: pulumi config get --stack $stack --path tokens.NAME):"
-echo "  export PATH=$pulumi_bin:\$PATH PULUMI_BACKEND_URL=$PULUMI_BACKEND_URL"
+echo "  export PATH=$pulumi_bin:$PWD/.venv/bin:\$PATH PULUMI_BACKEND_URL=$PULUMI_BACKEND_URL"
+echo "  export PULUMI_CONFIG_PASSPHRASE=\"\${PULUMI_CONFIG_PASSPHRASE-}\"   # the stack's passphrase (empty for the demo)"
 echo "  export PADDLEOCR_FLEET_TOKEN=\$(pulumi config get --stack $stack --path tokens.demo)"
 echo "  curl -X POST $gateway/ocr -H \"Authorization: Bearer \$PADDLEOCR_FLEET_TOKEN\" \\"
 echo "       -H 'Content-Type: application/json' -d \"{\\\"base64\\\": \\\"\$(base64 -w0 doc.png)\\\"}\""
