@@ -45,6 +45,8 @@ REARM_S = 0.2  # after being passed over, how long that waiter stops holding oth
 class Handoff:
     """The pool's cross-worker half; see module doc. Runs on the event loop thread."""
 
+    gates = True  # :meth:`gate` may let an older waiter of another worker go first
+
     def __init__(self, seat: Seat, clock: Callable[[], float], kick: Callable[[], None]) -> None:
         """``kick`` re-runs the pool's dispatch (when a deferral has run out)."""
         self.seat = seat
@@ -156,6 +158,8 @@ class Handoff:
 class SoloHandoff:
     """The handoff of a gateway with one worker process: nobody else to hand work to, so
     every free upstream is this worker's and nothing is published."""
+
+    gates = False  # :meth:`gate` says yes to all: callers may skip it
 
     def __init__(self, queue: CentralQueue) -> None:
         self._queue = queue

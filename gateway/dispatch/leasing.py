@@ -52,10 +52,10 @@ class Leasing:
         candidates: list[Upstream],
         limit: float,
         chooser: Chooser,
-        may_take: Callable[[list[Upstream]], bool],
+        may_take: Callable[[list[Upstream]], bool] | None = None,
     ) -> Lease | None:
         """A lease on one of ``candidates`` with fewer than ``limit`` attempts in flight, or
-        None (wait in the queue) when none is free or ``may_take(free)`` says no.
+        None (wait in the queue) when none is free or ``may_take(free)`` (if given) says no.
 
         Another worker taking the chosen upstream between the choice and the lock means
         choosing again, at most :data:`OPTIMISTIC_TRIES` times.
@@ -64,7 +64,7 @@ class Leasing:
         for _ in range(OPTIMISTIC_TRIES):
             counts = chooser.counts(candidates)
             free = [u for u, n in zip(candidates, counts, strict=True) if n < limit]
-            if not free or not may_take(free):
+            if not free or (may_take is not None and not may_take(free)):
                 return None
             chosen = chooser.choose(free)
             with self._counters.lock():

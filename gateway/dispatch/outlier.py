@@ -52,8 +52,7 @@ class PoolHealth:
     metrics: GatewayMetrics | None
     _clock: Callable[[], float]
 
-    def _dispatch(self) -> None:  # provided by the pool
-        raise NotImplementedError
+    _dispatch: Callable[..., None]  # provided by the pool
 
     # ----------------------------------------------------------------- passive health
     def max_ejected(self) -> int:

@@ -36,6 +36,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -106,6 +107,9 @@ class UpstreamPool(PoolHealth):
             self._free,
             self._slot_of,
         )
+        # hand free upstreams to the queued requests (``released=``: one was just given back);
+        # a partial, not a method: it runs twice a request
+        self._dispatch = functools.partial(self.queueing.dispatch, self._limit)
         self.active_requests = 0
         self.retries_in_flight = 0
         self.settings = settings
@@ -308,14 +312,17 @@ class UpstreamPool(PoolHealth):
         elif bypass_limit or limit == math.inf:
             return self._lease(self.chooser.choose(candidates), limited=not bypass_limit)
         else:
-            priority = BACKGROUND if background else RETRY if retry else INTERACTIVE
+            gate: Callable[[list[Upstream]], bool] | None = None
+            if background or self.handoff.gates:
+                priority = BACKGROUND if background else RETRY if retry else INTERACTIVE
 
-            def may_take(free: list[Upstream]) -> bool:
-                if background and self.queue.interactive_waiting:
-                    return False
-                return self.handoff.gate(priority, self._clock(), free)
+                def may_take(free: list[Upstream]) -> bool:
+                    if background and self.queue.interactive_waiting:
+                        return False
+                    return self.handoff.gate(priority, self._clock(), free)
 
-            lease = self.leasing.take(candidates, limit, self.chooser, may_take)
+                gate = may_take
+            lease = self.leasing.take(candidates, limit, self.chooser, gate)
             if lease is not None:
                 return lease
         return await self.queue.wait(
@@ -329,10 +336,6 @@ class UpstreamPool(PoolHealth):
             depth=self.handoff.depth(),
             enqueued=self.handoff.on_enqueued(self._dispatch),
         )
-
-    def _dispatch(self, released: Upstream | None = None) -> None:
-        """Hand free upstreams to the queued requests (``released``: one was just given back)."""
-        self.queueing.dispatch(self._limit, released)
 
     def kick(self) -> None:
         """Re-run dispatch (ejections expire by time, so the maintenance loop calls this)."""

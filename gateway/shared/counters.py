@@ -26,8 +26,9 @@ Usage::
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Hashable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from operator import itemgetter
 from typing import Protocol
 
@@ -114,7 +115,7 @@ class LocalCounters:
         self._drains: dict[int, float] = {}
         self._tokens: dict[str, int] = {}
         self._buckets: dict[str, tuple[float, float]] = {}
-        self._lock = nullcontext()
+        self._lock = threading.RLock()  # entered in C: no Python frames on the hot path
 
     def lock(self) -> AbstractContextManager[object]:
         return self._lock
@@ -193,13 +194,14 @@ class SharedCounters:
 
     def __init__(self, seat: Seat) -> None:
         self.seat = seat
+        self._lock = seat.lock()
         self._totals, self._base = seat.totals()
         self._token_slots: dict[str, int] = {}
         self._unslotted = LocalCounters()  # tokens the table had no room for
         self._unslotted_names: set[str] = set()
 
     def lock(self) -> AbstractContextManager[object]:
-        return self.seat.lock()
+        return self._lock
 
     def upstream_slot(self, url: str) -> int:
         return self.seat.upstream_slot(url)
