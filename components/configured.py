@@ -61,18 +61,14 @@ def configured_container(
     """The container `name`, its config install `{name}-config` and its readiness wait
     `{name}-ready`, children of `parent` on its Docker provider. `depends_on`: what the
     container waits for; `install_waits`: what must hold the config before this one does."""
-    container = docker.Container(
+    container = containers.host_container(
         name,
-        name=spec.container_name,
+        container_name=spec.container_name,
         image=spec.image,
-        network_mode="host",
-        restart="unless-stopped",
-        entrypoints=spec.argv[:1],
-        command=spec.argv[1:],
+        argv=spec.argv,
         envs=spec.envs,
         uploads=[docker.ContainerUploadArgs(file=spec.config_path, content=spec.config)],
         labels=spec.labels,
-        destroy_grace_seconds=containers.STOP_GRACE_S,
         **spec.container_args,
         opts=containers.child_opts(
             parent,
