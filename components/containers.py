@@ -1,4 +1,5 @@
-"""Container inputs shared by the vLLM and PaddleX components (pulumi-docker argument objects)."""
+"""Container inputs shared by the components (pulumi-docker argument objects), and
+`host_container`: every service container of the fleet is made through it."""
 
 from __future__ import annotations
 
