@@ -18,6 +18,7 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components import containers
+from components.plan import GatewayPlan, KeeperPlan
 from components.render.common import content_hash
 
 
@@ -61,18 +62,14 @@ def configured_container(
     """The container `name`, its config install `{name}-config` and its readiness wait
     `{name}-ready`, children of `parent` on its Docker provider. `depends_on`: what the
     container waits for; `install_waits`: what must hold the config before this one does."""
-    container = docker.Container(
+    container = containers.host_container(
         name,
-        name=spec.container_name,
+        container_name=spec.container_name,
         image=spec.image,
-        network_mode="host",
-        restart="unless-stopped",
-        entrypoints=spec.argv[:1],
-        command=spec.argv[1:],
+        argv=spec.argv,
         envs=spec.envs,
         uploads=[docker.ContainerUploadArgs(file=spec.config_path, content=spec.config)],
         labels=spec.labels,
-        destroy_grace_seconds=containers.STOP_GRACE_S,
         **spec.container_args,
         opts=containers.child_opts(
             parent,
@@ -97,3 +94,49 @@ def configured_container(
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[install]),
     )
     return Configured(container, install, ready)
+
+
+def handed_over_container(
+    parent: pulumi.Resource,
+    name: str,
+    role: str,
+    plan: GatewayPlan | KeeperPlan,
+    image: pulumi.Input[str],
+    argv: list[str],
+    config: pulumi.Output[str],
+    install_command: Callable[[str], str],
+    ready_command: Callable[[str], str],
+    folder: docker.ContainerVolumeArgs,
+    depends_on: Sequence[pulumi.Resource] = (),
+    install_waits: Sequence[pulumi.Resource] = (),
+    **generation: pulumi.Input[str],
+) -> Configured:
+    """A `configured_container` of the gateway's image that a replacement takes over from
+    rather than replaces in place (the gateway, its keeper): created before the old one is
+    deleted, under a name that carries its generation (`containers.generation_named`, of its
+    inputs and `generation`), so the listening sockets pass from one to the other through the
+    host `folder` both mount."""
+    envs = [f"GATEWAY_PORT={plan.port}"]  # the image's healthcheck probes it
+    labels = containers.labels(role, plan.host, None, plan.port)
+    return configured_container(
+        parent,
+        name,
+        ConfiguredSpec(
+            container_name=containers.generation_named(
+                plan.container_name, image, argv, envs, labels, **generation
+            ),
+            image=image,
+            argv=argv,
+            envs=envs,
+            labels=labels,
+            config_path=plan.config_path,
+            config=config,
+            install_command=install_command,
+            ready_command=ready_command,
+            docker_env=plan.host.docker_env,
+            container_args={"volumes": [folder]},
+        ),
+        depends_on=depends_on,
+        install_waits=install_waits,
+        delete_before_replace=False,
+    )

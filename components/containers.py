@@ -1,4 +1,5 @@
-"""Container inputs shared by the vLLM and PaddleX components (pulumi-docker argument objects)."""
+"""Container inputs shared by the components (pulumi-docker argument objects), and
+`host_container`: every service container of the fleet is made through it."""
 
 from __future__ import annotations
 
@@ -82,6 +83,36 @@ def labels(
 
 def envs(values: dict[str, str]) -> list[str]:
     return [f"{key}={value}" for key, value in values.items()]
+
+
+def host_container(
+    name: str,
+    *,
+    container_name: pulumi.Input[str],
+    image: pulumi.Input[str],
+    opts: pulumi.ResourceOptions,
+    argv: list[str] | None = None,
+    stop_grace_s: int | None = STOP_GRACE_S,
+    **args: Any,
+) -> docker.Container:
+    """The container `name` as the fleet runs each of its services: on the host's network (the
+    plan's ports are the host's own), started again by its engine unless stopped by hand, and
+    given `stop_grace_s` seconds to stop (None: the provider's immediate kill). `argv`, when
+    given, runs in place of the image's entrypoint; `args`: the rest of its `docker.Container`
+    arguments."""
+    if argv is not None:
+        args.update(entrypoints=argv[:1], command=argv[1:])
+    if stop_grace_s is not None:
+        args["destroy_grace_seconds"] = stop_grace_s
+    return docker.Container(
+        name,
+        name=container_name,
+        image=image,
+        network_mode="host",
+        restart="unless-stopped",
+        **args,
+        opts=opts,
+    )
 
 
 def child_opts(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pulumi
 import pulumi_docker as docker
@@ -86,6 +86,8 @@ def _upstream_entry(instance: PaddlexInstance, _url: str) -> dict[str, Any]:
     return gateway_upstream(instance)
 
 
+A = TypeVar("A")
+C = TypeVar("C", bound=pulumi.Resource)
 FLEET_TYPE = "paddleocr-fleet:index:Fleet"
 HOST_IMAGES_TYPE = "paddleocr-fleet:fleet:HostImages"
 
@@ -119,15 +121,17 @@ class Fleet(pulumi.ComponentResource):
             )
         )
         self.images = {
-            host.name: HostImages(
-                f"{host.name}-images",
+            host.name: self._on_host(
+                HostImages,
+                host,
+                "-images",
                 HostImagesArgs(
                     host,
                     vllm=settings.vllm_image or host.kind.vllm_image,
                     paddlex=settings.paddlex_image or host.kind.paddlex_image,
                     guard=guard,
                 ),
-                self._host_opts(host, "-images", moved=False),
+                moved=False,
             )
             for host in plan.hosts
             if plan.cards_of(host.name)
@@ -145,8 +149,10 @@ class Fleet(pulumi.ComponentResource):
             ) -> list[Any]:
                 return [by_key[k].in_service for k in found[key]]
 
-            by_key[key] = NpuCard(
-                f"{card.host.name}-card-{card.card}",
+            by_key[key] = self._on_host(
+                NpuCard,
+                card.host,
+                f"-card-{card.card}",
                 NpuCardArgs(
                     card,
                     *card_launches(settings, card),
@@ -156,7 +162,6 @@ class Fleet(pulumi.ComponentResource):
                     undrain=rollout.undrain_command(plan, card, token_file),
                     after=waits.apply(after),
                 ),
-                self._host_opts(card.host, f"-card-{card.card}"),
             )
             self.cards.append(by_key[key])
         servers = [server for card in self.cards for server in card.paddlex]
@@ -170,41 +175,42 @@ class Fleet(pulumi.ComponentResource):
         admin_tokens = [] if token is None else [recycler.admin_token_entry(token)]
         self.job_store: JobStore | None = None
         if plan.job_store is not None:
-            host = plan.job_store.host
-            self.job_store = JobStore(
-                f"{host.name}-jobstore",
+            self.job_store = self._on_host(
+                JobStore,
+                plan.job_store.host,
+                "-jobstore",
                 JobStoreArgs(
                     plan.job_store,
-                    data_dir=settings.jobs_store_data_dir
-                    or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/postgres",
+                    data_dir=stack_dir(settings.jobs_store_data_dir, "postgres"),
                     guard=guard,
                 ),
-                self._host_opts(host, "-jobstore", moved=False),
+                moved=False,
             )
         self.gateways = [
-            Gateway(
-                f"{gateway.host.name}-gateway",
+            self._on_host(
+                Gateway,
+                gateway.host,
+                "-gateway",
                 GatewayArgs(
                     gateway,
                     base_config=gateway_base_config(settings),
-                    jobs_dir=settings.gateway_jobs_dir
-                    or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/jobs",
+                    jobs_dir=stack_dir(settings.gateway_jobs_dir, "jobs"),
                     upstreams=[upstreams[p] for p in plan.paddlex_of(gateway)],
                     image=settings.gateway_image,
                     guard=guard,
                     admin_tokens=admin_tokens,
                     store_url=None if self.job_store is None else self.job_store.url_for(gateway),
                 ),
-                self._host_opts(gateway.host, "-gateway"),
             )
             for gateway in plan.gateways
         ]
         self.recyclers = self._recyclers(token, guard) if settings.recycle else []
         self.balancer: Balancer | None = None
         if plan.balancer is not None:
-            host = plan.balancer.host
-            self.balancer = Balancer(
-                f"{host.name}-balancer",
+            self.balancer = self._on_host(
+                Balancer,
+                plan.balancer.host,
+                "-balancer",
                 BalancerArgs(
                     plan.balancer,
                     config=haproxy.balancer_config(settings, plan),
@@ -212,7 +218,6 @@ class Fleet(pulumi.ComponentResource):
                     gateways=[g.url for g in self.gateways],
                     guard=guard,
                 ),
-                self._host_opts(host, "-balancer"),
             )
         self.monitoring: Monitoring | None = None
         if plan.monitoring is not None:
@@ -225,8 +230,7 @@ class Fleet(pulumi.ComponentResource):
                     argv=prometheus_argv(settings, plan.monitoring),
                     token=scrape_token(settings),
                     image=settings.prometheus_image,
-                    data_dir=settings.prometheus_data_dir
-                    or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/prometheus",
+                    data_dir=stack_dir(settings.prometheus_data_dir, "prometheus"),
                     waits=[server.url for card in self.cards for server in card.vllm],
                     exporter_providers={
                         h.name: self.providers[h.name]
@@ -255,17 +259,25 @@ class Fleet(pulumi.ComponentResource):
             ),
         )
 
-    def _host_opts(self, host: HostPlan, suffix: str, moved: bool = True) -> pulumi.ResourceOptions:
-        """A child on `host`'s Docker provider. A renamed host (`hosts[i].formerNames`) keeps
-        its resources: the old names are aliases, inherited by every child whose name starts
-        with its parent's. `moved`: it sat at the stack's root before the fleet was a
-        component (False: it is new since)."""
+    def _on_host(
+        self,
+        component: Callable[[str, A, pulumi.ResourceOptions], C],
+        host: HostPlan,
+        suffix: str,
+        args: A,
+        moved: bool = True,
+    ) -> C:
+        """The child `component` named `{host}{suffix}`, on `host`'s Docker provider. A renamed
+        host (`hosts[i].formerNames`) keeps its resources: the old names with the same suffix
+        are aliases, inherited by every child whose name starts with its parent's. `moved`: it
+        sat at the stack's root before the fleet was a component (False: it is new since)."""
         former = [f"{old}{suffix}" for old in host.former_names]
-        return pulumi.ResourceOptions(
+        opts = pulumi.ResourceOptions(
             parent=self,
             provider=self.providers[host.name],
             aliases=moved_from_root(former) if moved else [pulumi.Alias(name=n) for n in former],
         )
+        return component(f"{host.name}{suffix}", args, opts)
 
     def _recyclers(
         self, token: pulumi.Output[str] | None, guard: pulumi.Output[str]
@@ -283,8 +295,10 @@ class Fleet(pulumi.ComponentResource):
             if local is not None:
                 waits += local.cleanups
             out.append(
-                recycler.Recycler(
-                    f"{host.name}-recycler",
+                self._on_host(
+                    recycler.Recycler,
+                    host,
+                    "-recycler",
                     recycler.RecyclerArgs(
                         host,
                         recycler.render_config(
@@ -296,7 +310,6 @@ class Fleet(pulumi.ComponentResource):
                         guard,
                         waits,
                     ),
-                    self._host_opts(host, "-recycler"),
                 )
             )
         return out
@@ -370,6 +383,12 @@ class HostImages(pulumi.ComponentResource):
                 aliases=moved_from_root(f"{old}-{role}-image" for old in host.former_names),
             ),
         )
+
+
+def stack_dir(given: str | None, leaf: str) -> str:
+    """`given`, or by default the host folder `leaf` of this stack's own (its state outlives its
+    containers: the gateways' jobs, the job store's and Prometheus' data)."""
+    return given or f"/var/lib/paddleocr-fleet/{pulumi.get_stack()}/{leaf}"
 
 
 def moved_from_root(former_names: Iterable[str] = ()) -> list[pulumi.Alias]:

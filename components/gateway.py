@@ -19,8 +19,7 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
-from components import containers
-from components.configured import ConfiguredSpec, configured_container
+from components.configured import handed_over_container
 from components.images import BuildSpec, build_image
 from components.keeper import SliceKeeper, SliceKeeperArgs
 from components.plan import GatewayPlan
@@ -109,44 +108,23 @@ class Gateway(pulumi.ComponentResource):
         # it holds the database's password
         if args.store_url is not None or "store_url" in args.base_config.get("jobs", {}):
             self.config_json = pulumi.Output.secret(self.config_json)
-        argv = render.gateway_argv(gateway)
-        envs = [f"GATEWAY_PORT={gateway.port}"]  # the image's healthcheck probes it
-        labels = containers.labels("gateway", gateway.host, None, gateway.port)
-        service = configured_container(
+        service = handed_over_container(
             self,
             name,
-            ConfiguredSpec(
-                container_name=containers.generation_named(
-                    gateway.container_name,
-                    image,
-                    argv,
-                    envs,
-                    labels,
-                    jobs_dir=jobs_dir,
-                    jobs_store=shared_store(args),
-                ),
-                image=image,
-                argv=argv,
-                envs=envs,
-                labels=labels,
-                config_path=gateway.config_path,
-                config=self.config_json,
-                install_command=lambda c: render.gateway_config_install_command(gateway, c),
-                ready_command=lambda c: render.gateway_ready_command(gateway, c),
-                docker_env=gateway.host.docker_env,
-                container_args={
-                    "volumes": [
-                        docker.ContainerVolumeArgs(
-                            host_path=jobs_dir, container_path=render.JOBS_DIR_IN_CONTAINER
-                        )
-                    ]
-                },
+            "gateway",
+            gateway,
+            image,
+            render.gateway_argv(gateway),
+            self.config_json,
+            install_command=lambda c: render.gateway_config_install_command(gateway, c),
+            ready_command=lambda c: render.gateway_ready_command(gateway, c),
+            folder=docker.ContainerVolumeArgs(
+                host_path=jobs_dir, container_path=render.JOBS_DIR_IN_CONTAINER
             ),
             depends_on=cleanups,
             install_waits=waits,
-            # Created before the old one is deleted: the listening sockets pass from one to
-            # the other.
-            delete_before_replace=False,
+            jobs_dir=jobs_dir,
+            jobs_store=shared_store(args),
         )
         self.container, self.install, self.ready = (
             service.container,

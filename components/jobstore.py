@@ -96,12 +96,10 @@ class JobStore(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["stdout"]),
         )
         self.password: pulumi.Output[str] = pulumi.Output.secret(made.stdout)
-        self.container = docker.Container(
+        self.container = containers.host_container(
             name,
-            name=store.container_name,
+            container_name=store.container_name,
             image=image,
-            network_mode="host",
-            restart="unless-stopped",
             command=[str(store.port), store.listen_addresses],
             volumes=[
                 docker.ContainerVolumeArgs(
@@ -110,7 +108,6 @@ class JobStore(pulumi.ComponentResource):
             ],
             uploads=[docker.ContainerUploadArgs(file=PASSWORD_PATH, content=self.password)],
             labels=containers.labels("postgres", store.host, None, store.port),
-            destroy_grace_seconds=containers.STOP_GRACE_S,
             opts=containers.child_opts(self, depends_on=[cleanup]),
         )
         self.ready = command.local.Command(

@@ -25,8 +25,7 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
-from components import containers
-from components.configured import ConfiguredSpec, configured_container
+from components.configured import handed_over_container
 from components.plan import KeeperPlan
 from components.render import keeper as render
 from components.render.common import config_install_command
@@ -50,39 +49,22 @@ class SliceKeeper(pulumi.ComponentResource):
     ):
         super().__init__("paddleocr-fleet:fleet:SliceKeeper", name, {}, opts)
         keeper = args.plan
-        argv = render.keeper_argv(keeper)
-        envs = [f"GATEWAY_PORT={keeper.port}"]  # the image's healthcheck probes its /health
         handover_dir = render.keeper_handover_dir(keeper, pulumi.get_stack())
-        labels = containers.labels("keeper", keeper.host, None, keeper.port)
-        service = configured_container(
+        service = handed_over_container(
             self,
             name,
-            ConfiguredSpec(
-                container_name=containers.generation_named(
-                    keeper.container_name, args.image, argv, envs, labels, handover=handover_dir
-                ),
-                image=args.image,
-                argv=argv,
-                envs=envs,
-                labels=labels,
-                config_path=keeper.config_path,
-                config=args.upstreams.apply(render.keeper_config_json),
-                install_command=lambda c: config_install_command(c, keeper.config_path),
-                ready_command=lambda c: render.keeper_ready_command(keeper, c),
-                docker_env=keeper.host.docker_env,
-                container_args={
-                    "volumes": [
-                        docker.ContainerVolumeArgs(
-                            host_path=handover_dir,
-                            container_path=render.KEEPER_HANDOVER_DIR_IN_CONTAINER,
-                        )
-                    ]
-                },
+            "keeper",
+            keeper,
+            args.image,
+            render.keeper_argv(keeper),
+            args.upstreams.apply(render.keeper_config_json),
+            install_command=lambda c: config_install_command(c, keeper.config_path),
+            ready_command=lambda c: render.keeper_ready_command(keeper, c),
+            folder=docker.ContainerVolumeArgs(
+                host_path=handover_dir, container_path=render.KEEPER_HANDOVER_DIR_IN_CONTAINER
             ),
             depends_on=args.depends_on,
-            # Created before the old one is deleted: the listening socket passes from one to
-            # the other.
-            delete_before_replace=False,
+            handover=handover_dir,
         )
         self.container, self.installed, self.ready = (
             service.container,

@@ -163,12 +163,10 @@ class Monitoring(pulumi.ComponentResource):
                 images[host.name] = (built, [cleanup])
         image, depends = images[monitoring.host.name]
         data_dir = args.data_dir
-        self.container = docker.Container(
+        self.container = containers.host_container(
             name,
-            name=monitoring.container_name,
+            container_name=monitoring.container_name,
             image=image,
-            network_mode="host",
-            restart="unless-stopped",
             command=args.argv,
             volumes=[
                 docker.ContainerVolumeArgs(host_path=data_dir, container_path=DATA_DIR_IN_CONTAINER)
@@ -177,18 +175,15 @@ class Monitoring(pulumi.ComponentResource):
                 docker.ContainerUploadArgs(file=TOKEN_FILE, content=pulumi.Output.secret(token))
             ],
             labels=containers.labels("prometheus", monitoring.host, None, monitoring.port),
-            destroy_grace_seconds=containers.STOP_GRACE_S,
             opts=containers.child_opts(self, depends_on=depends),
         )
         self.exporters = [
-            docker.Container(
+            containers.host_container(
                 f"{name}-exporter-{host.name}",
-                name=monitoring.exporter_name,
+                container_name=monitoring.exporter_name,
                 image=images[host.name][0],
-                network_mode="host",
-                restart="unless-stopped",
-                entrypoints=exporter_argv(monitoring, containers.stack_label())[:1],
-                command=exporter_argv(monitoring, containers.stack_label())[1:],
+                stop_grace_s=None,
+                argv=exporter_argv(monitoring, containers.stack_label()),
                 volumes=[
                     docker.ContainerVolumeArgs(
                         host_path=host_socket(host), container_path=HOST_SOCKET, read_only=True

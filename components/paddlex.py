@@ -47,12 +47,10 @@ class PaddlexServer(pulumi.ComponentResource):
         launch = args.launch
         paddlex = launch.instance
         kind = paddlex.host.kind
-        self.container = docker.Container(
+        self.container = containers.host_container(
             name,
-            name=paddlex.container_name,
+            container_name=paddlex.container_name,
             image=args.image,
-            network_mode="host",
-            restart="unless-stopped",
             entrypoints=render.paddlex_idle_argv(paddlex),
             envs=containers.envs(launch.env),
             uploads=[
@@ -69,7 +67,6 @@ class PaddlexServer(pulumi.ComponentResource):
                 kind.paddlex_mounts,
                 kind.paddlex_shm_mb,
             ),
-            destroy_grace_seconds=containers.STOP_GRACE_S,
             opts=containers.child_opts(self, depends_on=args.after),
         )
         start, stop = launch.start_command, launch.stop_command

@@ -178,14 +178,11 @@ class Recycler(pulumi.ComponentResource):
         ]
         if args.token is not None:
             uploads.append(docker.ContainerUploadArgs(file=TOKEN_PATH, content=args.token))
-        self.container = docker.Container(
+        self.container = containers.host_container(
             name,
-            name=args.container_name,
+            container_name=args.container_name,
             image=image,
-            network_mode="host",
-            restart="unless-stopped",
-            entrypoints=ARGV[:1],
-            command=ARGV[1:],
+            argv=ARGV,
             uploads=uploads,
             healthcheck=NO_HEALTHCHECK,
             volumes=[
@@ -198,7 +195,6 @@ class Recycler(pulumi.ComponentResource):
                 for label in containers.labels("recycler", host, None, 0)
                 if label.label != containers.PORT_LABEL  # it listens on no port
             ],
-            destroy_grace_seconds=containers.STOP_GRACE_S,
             opts=containers.child_opts(self, depends_on=waits, replace_on_changes=["healthcheck"]),
         )
         self.register_outputs({"container": self.container.name})

@@ -16,7 +16,7 @@ import json
 import re
 import shlex
 from collections.abc import Collection, Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import (
@@ -51,7 +51,8 @@ class _Model(BaseModel):
     )
 
 
-Port = Field(ge=1, le=65535)
+Port = Annotated[int, Field(ge=1, le=65535)]
+"""A TCP port number."""
 SECRET_KEYS = ("tokens", "adminTokens", "jobsStoreUrl")
 """Config keys that hold credentials: accepted only as Pulumi secrets."""
 TOKEN_NAME = r"^[A-Za-z0-9_.@-]{1,64}$"
@@ -91,8 +92,8 @@ class HostSettings(_Model):
     address: str = Field(default="127.0.0.1", description="where the gateway reaches this host")
     accelerator: AcceleratorName = "ascend"
     card_ids: tuple[int, ...] = Field(min_length=1)
-    vllm_base_port: int = Port
-    paddlex_base_port: int = Port
+    vllm_base_port: Port
+    paddlex_base_port: Port
     port_first_card: int | None = None
     platform: str | None = Field(
         default=None,
@@ -166,7 +167,7 @@ class BalancerSettings(_Model):
 
     kind: str = "haproxy"
     host: str | None = Field(default=None, description="the host it runs on (default: the first)")
-    port: int = Field(default=9180, ge=1, le=65535)
+    port: Port = 9180
     image: str | None = Field(
         default=None, description="a prebuilt image; default: build config/balancer/Dockerfile"
     )
@@ -242,7 +243,7 @@ class FleetSettings(_Model):
             raise ValueError("must be a whole number of cards (>= 1) or a fraction below 1")
         return value
 
-    gateway_port: int = Field(default=9101, ge=1, le=65535)
+    gateway_port: Port = 9101
     gateway_host: str | None = None
     gateway_image: str | None = None
     gateway_container_name: str = "paddleocr-fleet-gateway"
@@ -257,7 +258,7 @@ class FleetSettings(_Model):
         description="a slice keeper beside each gateway: job slices running when the gateway "
         "dies are not parsed again",
     )
-    keeper_port: int = Field(default=9102, ge=1, le=65535)
+    keeper_port: Port = 9102
     gateway_layout: GatewayLayout = Field(
         default="single",
         description="single: one gateway over every PaddleX; per-host: a gateway per host over "
@@ -271,11 +272,9 @@ class FleetSettings(_Model):
         description="Prometheus on the gateway's host, scraping every gateway, keeper and vLLM "
         "with the fleet's alert rules (monitoring/)",
     )
-    prometheus_port: int = Field(default=9090, ge=1, le=65535)
-    exporter_port: int = Field(
+    prometheus_port: Port = 9090
+    exporter_port: Port = Field(
         default=9104,
-        ge=1,
-        le=65535,
         description="with monitoring: the port of the exporter on every host (its containers' "
         "memory and state, read from the host's Docker engine)",
     )
@@ -314,7 +313,7 @@ class FleetSettings(_Model):
     jobs_store_host: str | None = Field(
         default=None, description="with jobsStore postgres: its host (default: the first gateway's)"
     )
-    jobs_store_port: int = Field(default=5432, ge=1, le=65535)
+    jobs_store_port: Port = 5432
     jobs_store_data_dir: str | None = Field(
         default=None,
         description="host folder of the stack's PostgreSQL (default "

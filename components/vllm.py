@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_command as command
-import pulumi_docker as docker
 
 from components import containers
 from components.render.vllm import VllmLaunch
@@ -38,20 +37,16 @@ class VllmServer(pulumi.ComponentResource):
         launch = args.launch
         vllm, argv = launch.instance, launch.argv
         kind = vllm.host.kind
-        self.container = docker.Container(
+        self.container = containers.host_container(
             name,
-            name=vllm.container_name,
+            container_name=vllm.container_name,
             image=args.image,
-            network_mode="host",
-            restart="unless-stopped",
-            entrypoints=argv[:1],
-            command=argv[1:],
+            argv=argv,
             envs=containers.envs(launch.env),
             labels=containers.labels("vllm", vllm.host, vllm.card, vllm.port),
             **containers.accelerator_args(
                 launch.model_dir, vllm.host, vllm.card, kind.vllm_mounts, kind.vllm_shm_mb
             ),
-            destroy_grace_seconds=containers.STOP_GRACE_S,
             opts=containers.child_opts(self, depends_on=args.after),
         )
         self.started = containers.last_started(self.container, vllm.container_name, vllm.host)

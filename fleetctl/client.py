@@ -220,6 +220,7 @@ def read_ocr(r: httpx.Response, attempts: int, scrub: Callable[[str], str]) -> O
 
 
 T = TypeVar("T")
+H = TypeVar("H", httpx.Client, httpx.AsyncClient)
 Parser = Callable[[httpx.Response, int, Callable[[str], str]], T | OcrError]
 """Reads an answer: ``parse(response, attempt, scrub)`` gives the value, or the `OcrError`
 that `_Base._settle` retries or raises (``scrub`` masks the token in messages)."""
@@ -255,6 +256,16 @@ class _Base:
         self.headers = given  # the token goes to httpx only, whose Headers repr masks it
         self._send_headers = {**given, **bearer(self._token)}
         self.on_retry = on_retry
+
+    def _open(self, kind: type[H]) -> H:
+        """The `httpx.Client` or `httpx.AsyncClient` this client sends with: its timeout,
+        headers (the token's among them), connection limits and proxy settings."""
+        return kind(
+            timeout=self.timeout,
+            headers=self._send_headers,
+            limits=_LIMITS,
+            trust_env=self.trust_env,
+        )
 
     def _scrub(self, text: str) -> str:
         return redact(text, (self._token,) if self._token else ())
@@ -334,12 +345,7 @@ class Client(_Base):
 
     def __init__(self, url: str, **kw: Any) -> None:
         super().__init__(url, **kw)
-        self._http = httpx.Client(
-            timeout=self.timeout,
-            headers=self._send_headers,
-            limits=_LIMITS,
-            trust_env=self.trust_env,
-        )
+        self._http = self._open(httpx.Client)
 
     def ocr(
         self,
@@ -407,12 +413,7 @@ class AsyncClient(_Base):
 
     def __init__(self, url: str, **kw: Any) -> None:
         super().__init__(url, **kw)
-        self._http = httpx.AsyncClient(
-            timeout=self.timeout,
-            headers=self._send_headers,
-            limits=_LIMITS,
-            trust_env=self.trust_env,
-        )
+        self._http = self._open(httpx.AsyncClient)
 
     async def ocr(
         self,

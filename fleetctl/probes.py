@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec
 
 import httpx
 
 from fleetctl.auth import REFUSED, bearer, redact, refusal
 from fleetctl.png import encode_png
 from fleetctl.topology import Instance
+
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -71,22 +74,44 @@ def _body_message(r: httpx.Response) -> str:
     return str(j)[:120]
 
 
-async def _timed(request: Awaitable[httpx.Response]) -> tuple[httpx.Response, float] | Probe:
-    """The answer to `request` and the seconds it took, or a failed `Probe` on network trouble."""
+class _Failed(Exception):
+    """A probe that failed before its end: `probe` is its result (`_probe` returns it)."""
+
+    def __init__(self, probe: Probe) -> None:
+        super().__init__(probe.detail)
+        self.probe = probe
+
+
+def _probe(run: Callable[P, Awaitable[Probe]]) -> Callable[P, Awaitable[Probe]]:
+    """`run`, whose `_Failed` becomes its result: a probe never raises for network trouble."""
+
+    @functools.wraps(run)
+    async def probe(*args: P.args, **kwargs: P.kwargs) -> Probe:
+        try:
+            return await run(*args, **kwargs)
+        except _Failed as failed:
+            return failed.probe
+
+    return probe
+
+
+async def _timed(
+    request: Awaitable[httpx.Response], secrets: tuple[str, ...] = ()
+) -> tuple[httpx.Response, float]:
+    """The answer to `request` and the seconds it took; `_Failed` on network trouble (its
+    detail with `secrets` masked)."""
     t0 = time.monotonic()
     try:
         r = await request
     except httpx.HTTPError as e:
-        return Probe(False, _err(e), time.monotonic() - t0)
+        raise _Failed(Probe(False, redact(_err(e), secrets), time.monotonic() - t0)) from e
     return r, time.monotonic() - t0
 
 
+@_probe
 async def health(http: httpx.AsyncClient, inst: Instance, timeout: float = 5.0) -> Probe:
     """``GET /health``: PaddleX answers ``errorCode 0``; vLLM and the gateway answer 200."""
-    answer = await _timed(http.get(f"{inst.url}/health", timeout=timeout))
-    if isinstance(answer, Probe):
-        return answer
-    r, dt = answer
+    r, dt = await _timed(http.get(f"{inst.url}/health", timeout=timeout))
     if r.status_code != 200:
         return Probe(False, f"HTTP {r.status_code} {_body_message(r)}".strip(), dt)
     if inst.kind == "paddlex":
@@ -99,12 +124,10 @@ async def health(http: httpx.AsyncClient, inst: Instance, timeout: float = 5.0) 
     return Probe(True, "ok", dt)
 
 
+@_probe
 async def vllm_models(http: httpx.AsyncClient, inst: Instance, timeout: float = 10.0) -> Probe:
     """``GET /v1/models`` must list the served model name."""
-    answer = await _timed(http.get(f"{inst.url}/v1/models", timeout=timeout))
-    if isinstance(answer, Probe):
-        return answer
-    r, dt = answer
+    r, dt = await _timed(http.get(f"{inst.url}/v1/models", timeout=timeout))
     if r.status_code != 200:
         return Probe(False, f"/v1/models HTTP {r.status_code}", dt)
     try:
@@ -117,13 +140,11 @@ async def vllm_models(http: httpx.AsyncClient, inst: Instance, timeout: float = 
     return Probe(True, f"serves {inst.served_model}", dt, ids)
 
 
+@_probe
 async def paddlex_parse(http: httpx.AsyncClient, inst: Instance, timeout: float = 300.0) -> Probe:
     """``POST /layout-parsing`` of the built-in PNG through this one PaddleX instance."""
     body = {"file": TINY_PNG_B64, "fileType": 1, "visualize": False}
-    answer = await _timed(http.post(f"{inst.url}/layout-parsing", json=body, timeout=timeout))
-    if isinstance(answer, Probe):
-        return answer
-    r, dt = answer
+    r, dt = await _timed(http.post(f"{inst.url}/layout-parsing", json=body, timeout=timeout))
     if r.status_code != 200:
         return Probe(False, f"/layout-parsing HTTP {r.status_code}: {_body_message(r)}", dt)
     try:
@@ -139,19 +160,18 @@ async def paddlex_parse(http: httpx.AsyncClient, inst: Instance, timeout: float 
     return Probe(True, f"{len(pages)} page, {len(text)} chars", dt, text)
 
 
+@_probe
 async def gateway_ocr(
     http: httpx.AsyncClient, url: str, timeout: float = 300.0, token: str | None = None
 ) -> Probe:
     """``POST {gateway}/ocr`` with the built-in PNG as base64, as `token` when given."""
-    answer = await _timed(
+    secrets = (token,) if token else ()
+    r, dt = await _timed(
         http.post(
             f"{url}/ocr", json={"base64": TINY_PNG_B64}, headers=bearer(token), timeout=timeout
-        )
+        ),
+        secrets,
     )
-    secrets = (token,) if token else ()
-    if isinstance(answer, Probe):
-        return Probe(False, redact(answer.detail, secrets), answer.elapsed_s)
-    r, dt = answer
     message = redact(_body_message(r), secrets)
     if r.status_code in REFUSED:
         why = refusal(r.status_code, message, sent=token is not None)

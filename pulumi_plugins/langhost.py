@@ -238,23 +238,24 @@ def parameterization(plugin: Mapping[str, Any]) -> plugin_pb2.PackageParameteriz
     )
 
 
+def _dependency(plugin: Mapping[str, Any]) -> dict[str, str]:
+    """What a package and a plugin dependency both say of a resource plugin entry."""
+    return {
+        "name": plugin["name"],
+        "kind": "resource",
+        "version": plugin_version(plugin),
+        "server": str(plugin.get("server") or ""),
+    }
+
+
 def package_dependency(plugin: Mapping[str, Any]) -> plugin_pb2.PackageDependency:
     return plugin_pb2.PackageDependency(
-        name=plugin["name"],
-        kind="resource",
-        version=plugin_version(plugin),
-        server=str(plugin.get("server") or ""),
-        parameterization=parameterization(plugin),
+        **_dependency(plugin), parameterization=parameterization(plugin)
     )
 
 
 def plugin_dependency(plugin: Mapping[str, Any]) -> plugin_pb2.PluginDependency:
-    return plugin_pb2.PluginDependency(
-        name=plugin["name"],
-        kind="resource",
-        version=plugin_version(plugin),
-        server=str(plugin.get("server") or ""),
-    )
+    return plugin_pb2.PluginDependency(**_dependency(plugin))
 
 
 def _pump(pipe: IO[bytes], stream: str, lines: queue.Queue[tuple[str, bytes] | None]) -> None:

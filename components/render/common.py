@@ -8,15 +8,19 @@ import hashlib
 import json
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from components.plan import (
     BalancerPlan,
     GatewayPlan,
     KeeperPlan,
     MonitoringPlan,
+    PaddlexInstance,
+    VllmInstance,
 )
+from components.settings import FleetSettings
 
 CONFIG_TEMPLATES = Path(__file__).resolve().parents[2] / "config"
 
@@ -122,6 +126,42 @@ def container_started_command(container_id: str, container: str) -> str:
         f'out=$({inspect} 2>&1) && {{ echo "$out"; exit 0; }}\n'
         f'case "$out" in *"No such"*) echo {missing} >&2 ;; *) echo "$out" >&2 ;; esac\n'
         "exit 1"
+    )
+
+
+Server = TypeVar("Server", VllmInstance, PaddlexInstance)
+
+
+@dataclass(frozen=True)
+class CardLaunch(Generic[Server]):
+    """What one container of a card is started and waited on with, rendered from the settings
+    (the server components take this, not the settings)."""
+
+    instance: Server
+    env: dict[str, str]
+    ready_command: str
+    model_dir: str
+    """The host folder mounted as the models' folder."""
+
+
+def card_ready_command(
+    settings: FleetSettings,
+    instance: VllmInstance | PaddlexInstance,
+    path: str,
+    timeout_s: int,
+    log_hint: str,
+    expect: str = "",
+) -> str:
+    """Ready once `path` of a card's server (a vLLM, a PaddleX) answers on its host, polled
+    every `readyPollInterval` for at most `timeout_s`."""
+    return wait_for_http(
+        url=f"{instance.local_url}{path}",
+        what=instance.label,
+        container=instance.container_name,
+        timeout_s=timeout_s,
+        interval_s=settings.ready_poll_interval,
+        log_hint=log_hint,
+        expect=expect,
     )
 
 

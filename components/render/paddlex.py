@@ -17,7 +17,8 @@ from components.plan import (
 from components.render.common import (
     CONFIG_TEMPLATES,
     SIM_LOAD_ENV,
-    wait_for_http,
+    CardLaunch,
+    card_ready_command,
 )
 from components.settings import FleetSettings
 
@@ -185,31 +186,25 @@ def paddlex_stop_command(paddlex: PaddlexInstance) -> str:
 
 
 def paddlex_ready_command(settings: FleetSettings, paddlex: PaddlexInstance) -> str:
-    return wait_for_http(
-        url=f"{paddlex.local_url}/health",
-        what=paddlex.label,
-        container=paddlex.container_name,
+    return card_ready_command(
+        settings,
+        paddlex,
+        "/health",
         timeout_s=settings.paddlex_ready_timeout,
-        interval_s=settings.ready_poll_interval,
         log_hint=f"docker exec {paddlex.container_name} tail -n 100 {paddlex.log_path}"
         f" (on the host: {settings.model_dir}/{paddlex.log_path.removeprefix('/data/')})",
     )
 
 
 @dataclass(frozen=True)
-class PaddlexLaunch:
-    """What one PaddleX container and its service are started, stopped and waited on with,
-    rendered from the settings (`PaddlexServer` takes this, not the settings)."""
+class PaddlexLaunch(CardLaunch[PaddlexInstance]):
+    """What one PaddleX container and its service are started, stopped and waited on with
+    (`PaddlexServer` takes this)."""
 
-    instance: PaddlexInstance
-    env: dict[str, str]
     pipeline_config: str
     """The pipeline config's YAML (naming its vLLM)."""
     start_command: str
     stop_command: str
-    ready_command: str
-    model_dir: str
-    """The host folder mounted as the models' folder."""
 
 
 def paddlex_launch(settings: FleetSettings, paddlex: PaddlexInstance) -> PaddlexLaunch:

@@ -11,7 +11,8 @@ from components.plan import (
 )
 from components.render.common import (
     SIM_LOAD_ENV,
-    wait_for_http,
+    CardLaunch,
+    card_ready_command,
 )
 from components.settings import FleetSettings
 
@@ -54,28 +55,21 @@ def vllm_env(settings: FleetSettings, vllm: VllmInstance) -> dict[str, str]:
 
 
 def vllm_ready_command(settings: FleetSettings, vllm: VllmInstance) -> str:
-    return wait_for_http(
-        url=f"{vllm.local_url}/v1/models",
-        what=vllm.label,
-        container=vllm.container_name,
+    return card_ready_command(
+        settings,
+        vllm,
+        "/v1/models",
         timeout_s=settings.vllm_ready_timeout,
-        interval_s=settings.ready_poll_interval,
         log_hint=f"docker logs {vllm.container_name}",
         expect=f'"{settings.served_model_name}"',
     )
 
 
 @dataclass(frozen=True)
-class VllmLaunch:
-    """What one vLLM container is started and waited on with, rendered from the settings
-    (`VllmServer` takes this, not the settings)."""
+class VllmLaunch(CardLaunch[VllmInstance]):
+    """What one vLLM container is started and waited on with (`VllmServer` takes this)."""
 
-    instance: VllmInstance
     argv: list[str]
-    env: dict[str, str]
-    ready_command: str
-    model_dir: str
-    """The host folder mounted as the models' folder."""
 
 
 def vllm_launch(settings: FleetSettings, vllm: VllmInstance) -> VllmLaunch:

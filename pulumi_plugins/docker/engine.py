@@ -260,14 +260,18 @@ class Engine:
             raise EngineError(_message(resp), resp.status)
         return resp
 
-    # -- containers ------------------------------------------------------------------------
-    def inspect_container(self, ref: str) -> dict[str, Any] | None:
+    def _inspect(self, path: str) -> dict[str, Any] | None:
+        """The engine's JSON of the object at `path`, or None when it has no such object."""
         try:
-            return self.api("GET", f"/containers/{_q(ref)}/json").json()
+            return self.api("GET", path).json()
         except EngineError as err:
             if err.not_found:
                 return None
             raise
+
+    # -- containers ------------------------------------------------------------------------
+    def inspect_container(self, ref: str) -> dict[str, Any] | None:
+        return self._inspect(f"/containers/{_q(ref)}/json")
 
     def create_container(self, name: str, body: dict[str, Any], platform: str | None) -> str:
         query = {"name": name, "platform": platform or None}
@@ -309,12 +313,7 @@ class Engine:
 
     # -- images ----------------------------------------------------------------------------
     def inspect_image(self, ref: str) -> dict[str, Any] | None:
-        try:
-            return self.api("GET", f"/images/{_q(ref)}/json").json()
-        except EngineError as err:
-            if err.not_found:
-                return None
-            raise
+        return self._inspect(f"/images/{_q(ref)}/json")
 
     def remove_image(self, ref: str, force: bool) -> None:
         self.api("DELETE", f"/images/{_q(ref)}", query={"force": force})

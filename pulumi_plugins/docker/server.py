@@ -10,12 +10,13 @@ engine strips secrets on the way in and re-marks them on the way out).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import any_pb2, empty_pb2
@@ -43,6 +44,15 @@ SEVERITY = {
     "error": engine_pb2.ERROR,
 }
 BRIDGED = {container.TYPE, remote_image.TYPE}
+CREATE: dict[str, Callable[[Op, dict[str, Any]], tuple[str, dict[str, Any]]]] = {
+    container.TYPE: container.create,
+    remote_image.TYPE: remote_image.create,
+    image.TYPE: image.build,
+}
+"""How each type is created: (id, state) of (op, inputs)."""
+S = TypeVar("S")
+Q = TypeVar("Q")
+R = TypeVar("R")
 
 
 @dataclass
@@ -60,6 +70,36 @@ def urn_type_and_name(urn: str) -> tuple[str, str]:
 
 def _failures(failures: list[Failure]) -> list[provider_pb2.CheckFailure]:
     return [provider_pb2.CheckFailure(property=f.property, reason=f.reason) for f in failures]
+
+
+def _guard(context: grpc.ServicerContext, call: Callable[[], R]) -> R:
+    """Runs `call`, turning its failures into the gRPC errors the engine reports."""
+    try:
+        return call()
+    except InitError as err:
+        detail = provider_pb2.ErrorResourceInitFailed(
+            id=err.id, properties=rpc.to_struct(err.state), reasons=err.reasons
+        )
+        packed = any_pb2.Any()
+        packed.Pack(detail)
+        status = status_pb2.Status(code=grpc.StatusCode.UNKNOWN.value[0], message=str(err))
+        status.details.append(packed)
+        metadata = (("grpc-status-details-bin", status.SerializeToString()),)
+        context.abort_with_status(_Status(grpc.StatusCode.UNKNOWN, str(err), metadata))
+    except (DockerError, EngineError, ConfigError, ValueError) as err:
+        context.abort(grpc.StatusCode.UNKNOWN, str(err))
+
+
+def _guarded(
+    method: Callable[[S, Q, grpc.ServicerContext], R],
+) -> Callable[[S, Q, grpc.ServicerContext], R]:
+    """A servicer method run through `_guard`."""
+
+    @functools.wraps(method)
+    def guarded(self: S, request: Q, context: grpc.ServicerContext) -> R:
+        return _guard(context, lambda: method(self, request, context))
+
+    return guarded
 
 
 class DockerProvider(provider_pb2_grpc.ResourceProviderServicer):
@@ -100,24 +140,6 @@ class DockerProvider(provider_pb2_grpc.ResourceProviderServicer):
 
         engine = self._engine(bridged=type_ in BRIDGED)
         return Op(engine, urn, preview, timeout or DEFAULT_TIMEOUT, log)
-
-    @staticmethod
-    def _guard(context: grpc.ServicerContext, call: Callable[[], Any]) -> Any:
-        """Runs `call`, turning its failures into the gRPC errors the engine reports."""
-        try:
-            return call()
-        except InitError as err:
-            detail = provider_pb2.ErrorResourceInitFailed(
-                id=err.id, properties=rpc.to_struct(err.state), reasons=err.reasons
-            )
-            packed = any_pb2.Any()
-            packed.Pack(detail)
-            status = status_pb2.Status(code=grpc.StatusCode.UNKNOWN.value[0], message=str(err))
-            status.details.append(packed)
-            metadata = (("grpc-status-details-bin", status.SerializeToString()),)
-            context.abort_with_status(_Status(grpc.StatusCode.UNKNOWN, str(err), metadata))
-        except (DockerError, EngineError, ConfigError, ValueError) as err:
-            context.abort(grpc.StatusCode.UNKNOWN, str(err))
 
     @staticmethod
     def _type(req: Any) -> tuple[str, str]:
@@ -205,7 +227,7 @@ class DockerProvider(provider_pb2_grpc.ResourceProviderServicer):
                 supports_autonaming_configuration=True,
             )
 
-        return self._guard(context, configure)
+        return _guard(context, configure)
 
     def Cancel(self, request: empty_pb2.Empty, context: grpc.ServicerContext) -> empty_pb2.Empty:
         with self._lock:
@@ -220,143 +242,125 @@ class DockerProvider(provider_pb2_grpc.ResourceProviderServicer):
         context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown Invoke token '{request.tok}'")
 
     # -- resources ---------------------------------------------------------------------------
+    @_guarded
     def Check(
         self, request: provider_pb2.CheckRequest, context: grpc.ServicerContext
     ) -> provider_pb2.CheckResponse:
-        def check() -> provider_pb2.CheckResponse:
-            type_, name = self._type(request)
-            news = rpc.to_python(request.news)
-            olds = rpc.to_python(request.olds) or None
-            if type_ == container.TYPE:
-                auto = request.autonaming if request.HasField("autonaming") else None
-                inputs, failures = container.check(
-                    news,
-                    olds,
-                    name,
-                    bytes(request.randomSeed),
-                    auto.proposed_name if auto else None,
-                    autonaming_disabled=bool(
-                        auto and auto.mode == provider_pb2.CheckRequest.AutonamingOptions.DISABLE
-                    ),
-                )
-            elif type_ == remote_image.TYPE:
-                inputs, failures = remote_image.check(news, olds)
-            else:
-                inputs, failures = image.check(news, self._op(request.urn, type_, True, 0))
-            return provider_pb2.CheckResponse(
-                inputs=rpc.to_struct(inputs), failures=_failures(failures)
+        type_, name = self._type(request)
+        news = rpc.to_python(request.news)
+        olds = rpc.to_python(request.olds) or None
+        if type_ == container.TYPE:
+            auto = request.autonaming if request.HasField("autonaming") else None
+            inputs, failures = container.check(
+                news,
+                olds,
+                name,
+                bytes(request.randomSeed),
+                auto.proposed_name if auto else None,
+                autonaming_disabled=bool(
+                    auto and auto.mode == provider_pb2.CheckRequest.AutonamingOptions.DISABLE
+                ),
             )
+        elif type_ == remote_image.TYPE:
+            inputs, failures = remote_image.check(news, olds)
+        else:
+            inputs, failures = image.check(news, self._op(request.urn, type_, True, 0))
+        return provider_pb2.CheckResponse(
+            inputs=rpc.to_struct(inputs), failures=_failures(failures)
+        )
 
-        return self._guard(context, check)
-
+    @_guarded
     def Diff(
         self, request: provider_pb2.DiffRequest, context: grpc.ServicerContext
     ) -> provider_pb2.DiffResponse:
-        def diff() -> provider_pb2.DiffResponse:
-            type_, _ = self._type(request)
-            olds, news = rpc.to_python(request.olds), rpc.to_python(request.news)
-            ignore = list(request.ignoreChanges)
-            if type_ == image.TYPE:
-                changes = image.diff(olds, news)
-                result = DiffResult(updates=sorted(changes), detailed=changes)
-            elif type_ == container.TYPE:
-                result = container.diff(olds, news, ignore)
-            else:
-                result = remote_image.diff(olds, news, ignore)
-            if not result.changed:
-                return provider_pb2.DiffResponse(changes=provider_pb2.DiffResponse.DIFF_NONE)
-            detailed = {
-                k: provider_pb2.PropertyDiff(kind=KINDS[v], inputDiff=True)
-                for k, v in result.detailed.items()
-            }
-            return provider_pb2.DiffResponse(
-                changes=provider_pb2.DiffResponse.DIFF_SOME,
-                replaces=sorted(result.replaces),
-                stables=sorted(result.stables),
-                # The bridge sets DeleteBeforeReplace for docker_container (pulumi-docker
-                # resources.go); the others leave it to the program's option.
-                deleteBeforeReplace=bool(result.replaces) and type_ == container.TYPE,
-                diffs=sorted(result.detailed),
-                detailedDiff=detailed,
-                hasDetailedDiff=True,
-            )
+        type_, _ = self._type(request)
+        olds, news = rpc.to_python(request.olds), rpc.to_python(request.news)
+        ignore = list(request.ignoreChanges)
+        if type_ == image.TYPE:
+            changes = image.diff(olds, news)
+            result = DiffResult(updates=sorted(changes), detailed=changes)
+        elif type_ == container.TYPE:
+            result = container.diff(olds, news, ignore)
+        else:
+            result = remote_image.diff(olds, news, ignore)
+        if not result.changed:
+            return provider_pb2.DiffResponse(changes=provider_pb2.DiffResponse.DIFF_NONE)
+        detailed = {
+            k: provider_pb2.PropertyDiff(kind=KINDS[v], inputDiff=True)
+            for k, v in result.detailed.items()
+        }
+        return provider_pb2.DiffResponse(
+            changes=provider_pb2.DiffResponse.DIFF_SOME,
+            replaces=sorted(result.replaces),
+            stables=sorted(result.stables),
+            # The bridge sets DeleteBeforeReplace for docker_container (pulumi-docker
+            # resources.go); the others leave it to the program's option.
+            deleteBeforeReplace=bool(result.replaces) and type_ == container.TYPE,
+            diffs=sorted(result.detailed),
+            detailedDiff=detailed,
+            hasDetailedDiff=True,
+        )
 
-        return self._guard(context, diff)
-
+    @_guarded
     def Create(
         self, request: provider_pb2.CreateRequest, context: grpc.ServicerContext
     ) -> provider_pb2.CreateResponse:
-        def create() -> provider_pb2.CreateResponse:
-            type_, _ = self._type(request)
-            op = self._op(request.urn, type_, request.preview, request.timeout)
-            inputs = rpc.to_python(request.properties)
-            if type_ == container.TYPE:
-                rid, state = container.create(op, inputs)
-            elif type_ == remote_image.TYPE:
-                rid, state = remote_image.create(op, inputs)
-            else:
-                rid, state = image.build(op, inputs)
-            return provider_pb2.CreateResponse(id=rid, properties=rpc.to_struct(state))
+        type_, _ = self._type(request)
+        op = self._op(request.urn, type_, request.preview, request.timeout)
+        rid, state = CREATE[type_](op, rpc.to_python(request.properties))
+        return provider_pb2.CreateResponse(id=rid, properties=rpc.to_struct(state))
 
-        return self._guard(context, create)
-
+    @_guarded
     def Read(
         self, request: provider_pb2.ReadRequest, context: grpc.ServicerContext
     ) -> provider_pb2.ReadResponse:
-        def read() -> provider_pb2.ReadResponse:
-            type_, _ = self._type(request)
-            if type_ == image.TYPE:
-                return provider_pb2.ReadResponse(
-                    id=request.id, properties=request.properties, inputs=request.inputs
-                )
-            op = self._op(request.urn, type_, False, request.timeout)
-            state, inputs = rpc.to_python(request.properties), rpc.to_python(request.inputs)
-            if type_ == container.TYPE:
-                found = container.read(op, request.id, state, inputs)
-                if found is None:
-                    return provider_pb2.ReadResponse()
-                rid, fresh, fresh_inputs = found
-            else:
-                refreshed = remote_image.read(op, state or {**inputs, "name": inputs.get("name")})
-                if refreshed is None:
-                    return provider_pb2.ReadResponse()
-                (rid, fresh), fresh_inputs = refreshed, inputs
+        type_, _ = self._type(request)
+        if type_ == image.TYPE:
             return provider_pb2.ReadResponse(
-                id=rid, properties=rpc.to_struct(fresh), inputs=rpc.to_struct(fresh_inputs)
+                id=request.id, properties=request.properties, inputs=request.inputs
             )
+        op = self._op(request.urn, type_, False, request.timeout)
+        state, inputs = rpc.to_python(request.properties), rpc.to_python(request.inputs)
+        if type_ == container.TYPE:
+            found = container.read(op, request.id, state, inputs)
+            if found is None:
+                return provider_pb2.ReadResponse()
+            rid, fresh, fresh_inputs = found
+        else:
+            refreshed = remote_image.read(op, state or {**inputs, "name": inputs.get("name")})
+            if refreshed is None:
+                return provider_pb2.ReadResponse()
+            (rid, fresh), fresh_inputs = refreshed, inputs
+        return provider_pb2.ReadResponse(
+            id=rid, properties=rpc.to_struct(fresh), inputs=rpc.to_struct(fresh_inputs)
+        )
 
-        return self._guard(context, read)
-
+    @_guarded
     def Update(
         self, request: provider_pb2.UpdateRequest, context: grpc.ServicerContext
     ) -> provider_pb2.UpdateResponse:
-        def update() -> provider_pb2.UpdateResponse:
-            type_, _ = self._type(request)
-            op = self._op(request.urn, type_, request.preview, request.timeout)
-            olds, news = rpc.to_python(request.olds), rpc.to_python(request.news)
-            if type_ == container.TYPE:
-                state = container.update(op, request.id, olds, news)
-            elif type_ == remote_image.TYPE:
-                state = remote_image.update(op, olds, news)
-            else:
-                _, state = image.build(op, news)
-            return provider_pb2.UpdateResponse(properties=rpc.to_struct(state))
+        type_, _ = self._type(request)
+        op = self._op(request.urn, type_, request.preview, request.timeout)
+        olds, news = rpc.to_python(request.olds), rpc.to_python(request.news)
+        if type_ == container.TYPE:
+            state = container.update(op, request.id, olds, news)
+        elif type_ == remote_image.TYPE:
+            state = remote_image.update(op, olds, news)
+        else:
+            _, state = image.build(op, news)
+        return provider_pb2.UpdateResponse(properties=rpc.to_struct(state))
 
-        return self._guard(context, update)
-
+    @_guarded
     def Delete(
         self, request: provider_pb2.DeleteRequest, context: grpc.ServicerContext
     ) -> empty_pb2.Empty:
-        def delete() -> empty_pb2.Empty:
-            type_, _ = self._type(request)
-            if type_ == image.TYPE:
-                return empty_pb2.Empty()
-            op = self._op(request.urn, type_, False, request.timeout)
-            state = rpc.to_python(request.properties)
-            if type_ == container.TYPE:
-                container.delete(op, request.id, state)
-            else:
-                remote_image.delete(op, state)
+        type_, _ = self._type(request)
+        if type_ == image.TYPE:
             return empty_pb2.Empty()
-
-        return self._guard(context, delete)
+        op = self._op(request.urn, type_, False, request.timeout)
+        state = rpc.to_python(request.properties)
+        if type_ == container.TYPE:
+            container.delete(op, request.id, state)
+        else:
+            remote_image.delete(op, state)
+        return empty_pb2.Empty()
