@@ -10,16 +10,17 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
 
 from components import plan as plan_module
 from components import render
-from components.plan import build_plan, slot_ports, topology_ports
+from components.plan import PaddlexInstance, build_plan, slot_ports, topology_ports
 from components.render import gateway as render_gateway
 from components.render import keeper as render_keeper
-from components.settings import load_settings
+from components.settings import FleetSettings, load_settings
 from tests.ports import free_port, free_ports
 from tests.waiting import wait_for
 
@@ -265,13 +266,38 @@ def test_readiness_fails_fast_when_the_container_stopped(shell_env):
     assert "tail -n 100 /data/logs/paddle-" in result.stderr
 
 
-def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
-    shell_env, tmp_path, monkeypatch
-):
+class PaddlexInContainer(NamedTuple):
+    env: dict[str, str]
+    docker_log: Path
+    argv_file: Path
+    settings: FleetSettings
+    paddlex: PaddlexInstance
+
+
+@pytest.fixture
+def paddlex_in_container(shell_env, tmp_path, monkeypatch) -> PaddlexInContainer:
+    """One PaddleX instance (of :func:`_settings_on`) whose container is this machine: its
+    config and log folders point at tmp_path; a fake `paddlex` on PATH records its argv (and a
+    variable from ~/.bashrc) in ``argv_file`` and serves until killed, keeping its argv as a
+    real server does (the stop command recognises its service by it)."""
     env, bin_dir, log = shell_env
-    argv_file = _container_paths(tmp_path, bin_dir, monkeypatch)
+    monkeypatch.setattr(plan_module, "LOG_DIR_IN_CONTAINER", str(tmp_path / "logs"))
+    monkeypatch.setattr(plan_module, "CONFIG_DIR_IN_CONTAINER", str(tmp_path / "etc"))
+    (tmp_path / "etc").mkdir()
+    argv_file = tmp_path / "paddlex.argv"
+    _executable(
+        bin_dir / "paddlex",
+        f'#!/bin/bash\necho "$FROM_BASHRC" "$@" > {argv_file}\necho serving\n'
+        f'exec {sys.executable} -c "import time; time.sleep(60)" "$@"\n',
+    )
     settings, plan = _settings_on(free_port())
-    paddlex = plan.paddlex[0]
+    return PaddlexInContainer(env, log, argv_file, settings, plan.paddlex[0])
+
+
+def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
+    paddlex_in_container,
+):
+    env, log, argv_file, settings, paddlex = paddlex_in_container
     subprocess.run(
         ["/bin/sh", "-c", render.paddlex_start_command(settings, paddlex)], env=env, check=True
     )
@@ -317,12 +343,9 @@ def _servers(paddlex) -> list[int]:
 
 
 def test_starting_again_or_at_once_leaves_one_service_the_pid_file_names(
-    shell_env, tmp_path, monkeypatch
+    paddlex_in_container,
 ):
-    env, bin_dir, _ = shell_env
-    argv_file = _container_paths(tmp_path, bin_dir, monkeypatch)
-    settings, plan = _settings_on(free_port())
-    paddlex = plan.paddlex[0]
+    env, _, argv_file, settings, paddlex = paddlex_in_container
     start = ["/bin/sh", "-c", render.paddlex_start_command(settings, paddlex)]
     # Three starts at once (a container restart racing `fleetctl restart`), then an update.
     for process in [subprocess.Popen(start, env=env) for _ in range(3)]:
@@ -343,13 +366,10 @@ def test_starting_again_or_at_once_leaves_one_service_the_pid_file_names(
 
 
 def test_a_stale_pid_file_naming_another_process_is_left_alone_by_the_stop(
-    shell_env, tmp_path, monkeypatch
+    paddlex_in_container,
 ):
     """In a restarted container pids start again at 1: the pid file may name any process."""
-    env, bin_dir, _ = shell_env
-    _container_paths(tmp_path, bin_dir, monkeypatch)
-    _, plan = _settings_on(free_port())
-    paddlex = plan.paddlex[0]
+    env, paddlex = paddlex_in_container.env, paddlex_in_container.paddlex
     other = subprocess.Popen(["sleep", "30"])
     try:
         Path(render.pid_file(paddlex)).write_text(f"{other.pid}\n")
@@ -392,29 +412,10 @@ def _line_in(path: Path) -> bool:
     return "\n" in _text(path)
 
 
-def _container_paths(tmp_path: Path, bin_dir: Path, monkeypatch) -> Path:
-    """Point the container's config and log folders at tmp_path; a fake `paddlex` on PATH
-    records its argv (and a variable from ~/.bashrc) and serves until killed, keeping its
-    argv as a real server does (the stop command recognises its service by it)."""
-    monkeypatch.setattr(plan_module, "LOG_DIR_IN_CONTAINER", str(tmp_path / "logs"))
-    monkeypatch.setattr(plan_module, "CONFIG_DIR_IN_CONTAINER", str(tmp_path / "etc"))
-    (tmp_path / "etc").mkdir()
-    argv_file = tmp_path / "paddlex.argv"
-    _executable(
-        bin_dir / "paddlex",
-        f'#!/bin/bash\necho "$FROM_BASHRC" "$@" > {argv_file}\necho serving\n'
-        f'exec {sys.executable} -c "import time; time.sleep(60)" "$@"\n',
-    )
-    return argv_file
-
-
 def test_a_restarted_paddlex_container_runs_its_service_again_a_fresh_one_idles(
-    shell_env, tmp_path, monkeypatch
+    paddlex_in_container,
 ):
-    env, bin_dir, _ = shell_env
-    argv_file = _container_paths(tmp_path, bin_dir, monkeypatch)
-    settings, plan = _settings_on(free_port())
-    paddlex = plan.paddlex[0]
+    env, _, argv_file, settings, paddlex = paddlex_in_container
     idle = render.paddlex_idle_argv(paddlex)
 
     fresh = subprocess.Popen(idle, env=env)
