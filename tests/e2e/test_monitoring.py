@@ -27,6 +27,7 @@ import pytest
 from tests.e2e.pulumi_stack import changed
 from tests.e2e.sim_stack import SimStack, sim_stack, tokens
 from tests.e2e.test_fleet_on_docker import docker, labelled_containers, png_bytes
+from tests.monitoring.status_page import log_in, save_screenshot, seconds_until_unhealthy
 
 pytestmark = pytest.mark.docker
 
@@ -34,7 +35,6 @@ PROMETHEUS_PORT = 20090
 ADMIN = "monitoring-admin-" + os.urandom(12).hex()
 USER = "monitoring-user-" + os.urandom(12).hex()
 PROMETHEUS = f"http://127.0.0.1:{PROMETHEUS_PORT}"
-ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", "/tmp/paddleocr-fleet-artifacts"))
 
 
 @pytest.fixture(scope="module")
@@ -152,10 +152,7 @@ def test_status_page_and_alert_of_a_stopped_paddlex(fleet):
         page = browser.new_page()
         page.goto(f"{gateway}/status")
         assert page.eval("fetch('/status/api/state').then(r => r.status)") == 401
-        page.wait_for("!!document.getElementById('token')")  # sent to the login form
-        page.eval(f"document.getElementById('token').value = {ADMIN!r}")
-        page.eval("document.getElementById('login').click(), true")
-        page.wait_for("document.body.dataset.loaded === '1'")
+        log_in(page, ADMIN)  # (sent to the login form)
         chips = "[...document.querySelectorAll('.chip.paddlex')]"
         urls = page.wait_for(
             f"{chips}.every(c => c.dataset.state === 'healthy') && {chips}.map(c => c.dataset.url)"
@@ -169,14 +166,8 @@ def test_status_page_and_alert_of_a_stopped_paddlex(fleet):
 
         docker("stop", "-t", "1", victim.container_name)
         stopped = time.monotonic()
-        page.wait_for(
-            f"document.querySelector('.chip.paddlex[data-url=\"{victim.url}\"]')"
-            ".dataset.state !== 'healthy'",
-            timeout=15,
-        )
-        seen = time.monotonic() - stopped
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shot = page.screenshot(ARTIFACTS / "status-page.png")
+        seen = seconds_until_unhealthy(page, victim.url, timeout=15)
+        shot = save_screenshot(page, "status-page.png")
         assert shot.stat().st_size > 10_000
     print(f"status page: {victim.container_name} unhealthy {seen:.1f}s after docker stop")
 
