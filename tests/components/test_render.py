@@ -207,6 +207,15 @@ def _settings_on(port: int, timeout: int = 20):
     return settings, build_plan(settings)
 
 
+def _sh(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a rendered command that ends by itself (a readiness wait, a lookup) as the stack's
+    `command` provider does, through `/bin/sh -c`; its output captured as text, a minute at most.
+    (A start command is not for this: the service it leaves behind holds the output pipes.)"""
+    return subprocess.run(
+        ["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
 def test_vllm_readiness_waits_until_the_model_is_listed(shell_env):
     env, _, _ = shell_env
     port = free_port()
@@ -215,13 +224,7 @@ def test_vllm_readiness_waits_until_the_model_is_listed(shell_env):
     server = _Server(port, models, delay=2.0)
     try:
         started = time.monotonic()
-        result = subprocess.run(
-            ["/bin/sh", "-c", render.vllm_ready_command(settings, plan.vllm[0])],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = _sh(render.vllm_ready_command(settings, plan.vllm[0]), env)
         assert result.returncode == 0, result.stderr
         assert time.monotonic() - started >= 1.5
         assert f"ready at http://127.0.0.1:{port}/v1/models" in result.stdout
@@ -235,13 +238,7 @@ def test_vllm_readiness_rejects_a_server_without_the_served_model(shell_env):
     settings, plan = _settings_on(port, timeout=2)
     server = _Server(port, b'{"object":"list","data":[{"id":"other-model"}]}')
     try:
-        result = subprocess.run(
-            ["/bin/sh", "-c", render.vllm_ready_command(settings, plan.vllm[0])],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = _sh(render.vllm_ready_command(settings, plan.vllm[0]), env)
     finally:
         server.close()
     assert result.returncode == 1
@@ -254,12 +251,9 @@ def test_readiness_fails_fast_when_the_container_stopped(shell_env):
     env, _, _ = shell_env
     settings, plan = _settings_on(free_port(), timeout=300)
     started = time.monotonic()
-    result = subprocess.run(
-        ["/bin/sh", "-c", render.paddlex_ready_command(settings, plan.paddlex[0])],
-        env={**env, "FAKE_DOCKER_RUNNING": "false"},
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = _sh(
+        render.paddlex_ready_command(settings, plan.paddlex[0]),
+        {**env, "FAKE_DOCKER_RUNNING": "false"},
     )
     assert result.returncode == 1 and time.monotonic() - started < 30
     assert "is not running" in result.stderr
@@ -384,17 +378,12 @@ def test_a_stale_pid_file_naming_another_process_is_left_alone_by_the_stop(
 def test_a_containers_start_time_is_read_and_a_missing_one_names_the_repair(shell_env):
     env, _, log = shell_env
     command = render.container_started_command("0123456789abcdef", "paddle-9120-sim-0")
-    found = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True)
+    found = _sh(command, env)
     assert (found.returncode, found.stdout) == (0, "true\n")  # the fake prints its state
     argv = json.loads(log.read_text().splitlines()[-1])["argv"]
     assert argv[:3] == ["inspect", "--type", "container"] and argv[-1] == "0123456789abcdef"
     assert "{{.State.StartedAt}}" in argv[-2]
-    missing = subprocess.run(
-        ["/bin/sh", "-c", command],
-        env={**env, "FAKE_DOCKER_MISSING": "1"},
-        capture_output=True,
-        text=True,
-    )
+    missing = _sh(command, {**env, "FAKE_DOCKER_MISSING": "1"})
     assert missing.returncode == 1
     assert "paddle-9120-sim-0 (0123456789ab) is in the stack's state" in missing.stderr
     assert "`pulumi up --refresh` creates it again" in missing.stderr
