@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pypdfium2 as pdfium
 
+from gateway.jobs.store import Job
 from tests.gateway.conftest import gateway_config
 
 TOKEN = "team-a-secret"
@@ -47,6 +48,15 @@ def jobs_config(
     for key, value in sections.items():
         base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
     return gateway_config(upstreams, **base)
+
+
+def pending_job(job_id: str, tenant: str, created: float, pages: int) -> Job:
+    """A PDF job of ``pages`` pages as a store's ``create_job`` takes it, none of it done."""
+    return Job(
+        id=job_id, batch_id=None, tenant=tenant, model="PaddleOCR-VL-1.5", state="pending",
+        kind="pdf", pages=list(range(pages)), options={}, callback_url=None, error=None,
+        created=created, started=None, finished=None, extracted=0,
+    )  # fmt: skip
 
 
 def stored_inputs(jobs: Any) -> int:

@@ -19,7 +19,6 @@ import pytest
 from doubles.postgres_server import PostgresServer
 from gateway.config.settings import ConfigError, parse_settings
 from gateway.jobs.postgres import MIGRATIONS, PostgresBackend
-from gateway.jobs.store import Job
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway
 from tests.gateway.jobs_helpers import (
@@ -29,6 +28,7 @@ from tests.gateway.jobs_helpers import (
     done_pages,
     jobs_config,
     page_order,
+    pending_job,
     source_page,
     submit_pdf,
     submit_pdfs,
@@ -37,14 +37,6 @@ from tests.gateway.jobs_helpers import (
     write_pdf,
 )
 from tests.gateway.multiworker_helpers import GatewayProcess
-
-
-def _job(job_id: str, tenant: str, created: float, pages: int) -> Job:
-    return Job(
-        id=job_id, batch_id=None, tenant=tenant, model="PaddleOCR-VL-1.5", state="pending",
-        kind="pdf", pages=list(range(pages)), options={}, callback_url=None, error=None,
-        created=created, started=None, finished=None, extracted=0,
-    )  # fmt: skip
 
 
 @contextlib.asynccontextmanager
@@ -109,7 +101,7 @@ def test_a_lease_keeps_a_slice_to_one_gateway_until_it_expires(
     async def race(a: PostgresBackend, b: PostgresBackend) -> None:
         now = time.time()
         for index in range(6):
-            await a.create_job(_job(f"j{index}", f"t{index % 2}", now + index, 40), b"%PDF")
+            await a.create_job(pending_job(f"j{index}", f"t{index % 2}", now + index, 40), b"%PDF")
         # 12 claimers, 6 per gateway, at once: every page in exactly one slice
         size: Callable[[int, int, int, int], int] = lambda pages, left, waiting, k: 3  # noqa: E731
         claims = await asyncio.gather(
@@ -125,7 +117,7 @@ def test_a_lease_keeps_a_slice_to_one_gateway_until_it_expires(
         for pages in seen.values():
             assert sorted(pages) == sorted(set(pages)), "a page leased twice"
         # a short lease held by A: B gets nothing while it holds
-        await a.create_job(_job("short", "t9", now - 100, 4), b"%PDF")
+        await a.create_job(pending_job("short", "t9", now - 100, 4), b"%PDF")
         (held,) = [c for c in await a.claim_slices("A", 1.5, 1) if c.job.id == "short"]
         assert [c for c in await b.claim_slices("B", 30, 100) if c.job.id == "short"] == []
         await asyncio.sleep(1.7)  # A stops renewing (a gateway lost): the lease expires
@@ -212,7 +204,7 @@ def test_gateways_racing_for_assembly_assemble_once(postgres_server: PostgresSer
 
     async def race(a: PostgresBackend, b: PostgresBackend) -> None:
         for index in range(5):
-            await a.create_job(_job(f"j{index}", "t", float(index), 2), b"%PDF")
+            await a.create_job(pending_job(f"j{index}", "t", float(index), 2), b"%PDF")
         for claim in await a.claim_slices("A", 30, 10):
             assert await a.finish_slice(claim, [{"n": 0}, {"n": 1}], "A")
         got = await asyncio.gather(
