@@ -31,7 +31,7 @@ from tests.monitoring.status_page import log_in, save_screenshot, seconds_until_
 
 pytestmark = pytest.mark.docker
 
-PROMETHEUS_PORT = 20090
+PROMETHEUS_PORT, EXPORTER_PORT = 20090, 20104
 ADMIN = "monitoring-admin-" + os.urandom(12).hex()
 USER = "monitoring-user-" + os.urandom(12).hex()
 PROMETHEUS = f"http://127.0.0.1:{PROMETHEUS_PORT}"
@@ -49,6 +49,8 @@ def fleet(docker_engine) -> Iterator[SimStack]:
             gateway=json.dumps({"health": {"interval_s": 1}}),
             monitoring="true",
             prometheusPort=str(PROMETHEUS_PORT),
+            # in the module's block: a fleet elsewhere on this machine may hold the default 9104
+            exporterPort=str(EXPORTER_PORT),
             prometheusDataDir=str(folder),
             # No image registry here: the gateway and Prometheus images build on the base image.
             buildArgs=json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
