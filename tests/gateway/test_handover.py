@@ -39,6 +39,22 @@ def _config(tmp_path: Path, urls: list[str]) -> Path:
     return path
 
 
+def _slow_documents(fleet: DoubleFleet, quick_s: float) -> threading.Event:
+    """Make a document of ``SLOW_PAGES`` pages take ``SLOW_S`` at every double of ``fleet``
+    (others ``quick_s``); the event is set once a slow one has reached a double."""
+    slow_started = threading.Event()
+
+    def service_time(pages: int) -> float:
+        if pages == SLOW_PAGES:
+            slow_started.set()
+            return SLOW_S
+        return quick_s
+
+    for double in fleet:
+        double.knobs.service_time_fn = service_time
+    return slow_started
+
+
 def _offering(gw: GatewayProcess) -> bool:
     return "offering" in gw.log()
 
@@ -47,16 +63,7 @@ def _offering(gw: GatewayProcess) -> bool:
 def test_replaced_gateway_refuses_nothing(tmp_path: Path, workers_a: int, workers_b: int) -> None:
     handover = tmp_path / "run" / "handover.sock"
     with DoubleFleet(4, service_time_s=0.05) as fleet:
-        slow_started = threading.Event()
-
-        def service_time(pages: int) -> float:
-            if pages == SLOW_PAGES:
-                slow_started.set()
-                return SLOW_S
-            return 0.05
-
-        for double in fleet:
-            double.knobs.service_time_fn = service_time
+        slow_started = _slow_documents(fleet, quick_s=0.05)
         config = _config(tmp_path, fleet.urls)
         a = GatewayProcess(config, tmp_path / "a.log", workers=workers_a, handover=handover)
         b: GatewayProcess | None = None
@@ -375,15 +382,7 @@ def test_a_replaced_keeper_refuses_no_slice(tmp_path: Path) -> None:
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     with DoubleFleet(1, service_time_s=0.02) as fleet:
-        slow_started = threading.Event()
-
-        def service_time(pages: int) -> float:
-            if pages == SLOW_PAGES:
-                slow_started.set()
-                return SLOW_S
-            return 0.02
-
-        fleet[0].knobs.service_time_fn = service_time
+        slow_started = _slow_documents(fleet, quick_s=0.02)
         upstream = fleet.urls[0]
         a = KeeperProcess(upstream, port, handover, tmp_path / "a.log", tmp_path / "a.serving")
         b: KeeperProcess | None = None
