@@ -39,6 +39,11 @@ def _config(tmp_path: Path, urls: list[str]) -> Path:
     return path
 
 
+def _close(*sockets: socket.socket) -> None:
+    for sock in sockets:
+        sock.close()
+
+
 def _slow_documents(fleet: DoubleFleet, quick_s: float) -> threading.Event:
     """Make a document of ``SLOW_PAGES`` pages take ``SLOW_S`` at every double of ``fleet``
     (others ``quick_s``); the event is set once a slow one has reached a double."""
@@ -121,14 +126,12 @@ def test_a_socket_on_another_port_is_not_taken(tmp_path: Path) -> None:
         taken = inherit(path, "127.0.0.1", port)
         assert [s.getsockname()[1] for s in taken] == [port]
         assert taken[0].getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
-        for sock in taken:
-            sock.close()
+        _close(*taken)
         other = port + 1 if port < 65535 else port - 1
         assert inherit(path, "127.0.0.1", other) == []
     finally:
         offer.close()
-        for sock in theirs:
-            sock.close()
+        _close(*theirs)
     assert not Path(path).exists()  # removed: it was still ours
     assert inherit(path, "127.0.0.1", 9) == []  # no one there
 
@@ -145,12 +148,10 @@ def test_the_newest_gateway_keeps_the_path(tmp_path: Path) -> None:
         port = sockets[0].getsockname()[1]
         taken = inherit(path, "127.0.0.1", port)
         assert len(taken) == 2
-        for sock in taken:
-            sock.close()
+        _close(*taken)
     finally:
         second.close()
-        for sock in sockets:
-            sock.close()
+        _close(*sockets)
 
 
 def test_connections_waiting_in_the_accept_queue_survive_the_handover(tmp_path: Path) -> None:
@@ -175,8 +176,7 @@ def test_connections_waiting_in_the_accept_queue_survive_the_handover(tmp_path: 
             with conn:
                 assert conn.recv(4) == b"ping"
     finally:
-        for sock in [*clients, *new]:
-            sock.close()
+        _close(*clients, *new)
 
 
 def test_separate_reuseport_sockets_lose_their_queue() -> None:
@@ -200,8 +200,7 @@ def test_separate_reuseport_sockets_lose_their_queue() -> None:
             except TimeoutError:
                 pass  # queued in the socket that stays: waits to be accepted
     finally:
-        for sock in [*clients, *new]:
-            sock.close()
+        _close(*clients, *new)
     assert resets > 0
 
 
@@ -307,12 +306,10 @@ def test_a_handover_whose_answer_broke_off_is_asked_again(tmp_path: Path) -> Non
         thread.join(10)
         assert inherited, "bound sockets of its own after one broken answer"
         assert new[0].getsockname()[1] == port
-        for sock in new:
-            sock.close()
+        _close(*new)
     finally:
         offer.close()
-        for sock in old:
-            sock.close()
+        _close(*old)
 
 
 def _serving(path: Path) -> dict[str, object] | None:
