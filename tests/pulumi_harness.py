@@ -77,6 +77,28 @@ class Recording:
         return next(r for r in self.resources if r.urn == urn)
 
 
+@dataclass(frozen=True)
+class Growth:
+    """What an update from one config to a larger one does to the stack's resources."""
+
+    changed: list[str]
+    """The sorted names of the resources both have whose inputs differ."""
+    added: list[Registration]
+
+
+def growth(before: Recording, after: Recording) -> Growth:
+    """The update from ``before`` to ``after``; a resource of ``before`` that ``after`` lacks
+    (one the update would delete) fails the test, naming it."""
+    old = {r.urn: r for r in before.resources}
+    new = {r.urn: r for r in after.resources}
+    gone = sorted(r.name for urn, r in old.items() if urn not in new)
+    assert not gone, f"the update removes {gone}"
+    return Growth(
+        changed=sorted(r.name for urn, r in old.items() if r.inputs != new[urn].inputs),
+        added=[r for urn, r in new.items() if urn not in old],
+    )
+
+
 class _Mocks(pulumi.runtime.Mocks):
     """Every custom resource gets a stable id and echoes its inputs; commands print `ok` (in a
     preview, like the engine, their output is not known yet)."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 from tests.pulumi_harness import REPO
+from tests.shell_scripts import run_script
 
 INSTALL = REPO / "scripts" / "install-pulumi.sh"
 
@@ -16,18 +16,6 @@ def _fake(bin_dir: Path, name: str, body: str) -> None:
     path = bin_dir / name
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
-
-
-def _run(script: Path, env: dict[str, str], *args: str, timeout: float = 300):
-    return subprocess.run(
-        ["bash", str(script), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def test_install_uses_a_complete_official_installation_as_it_is(tmp_path):
@@ -40,7 +28,7 @@ def test_install_uses_a_complete_official_installation_as_it_is(tmp_path):
     _fake(bin_dir, "pulumi", f"case \"$*\" in 'plugin ls --json') echo '{plugins}';; esac\n")
     _fake(bin_dir, "pulumi-language-python", "exit 0\n")
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
-    result = _run(INSTALL, env, "--prefix", str(tmp_path / "prefix"))
+    result = run_script(INSTALL, env, "--prefix", str(tmp_path / "prefix"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == str(bin_dir)
     assert not (tmp_path / "prefix").exists()
@@ -48,6 +36,6 @@ def test_install_uses_a_complete_official_installation_as_it_is(tmp_path):
 
 def test_install_without_go_and_no_cached_cli_names_what_is_missing(tmp_path):
     env = {**os.environ, "PATH": "/usr/bin:/bin"}  # no go, no pulumi
-    result = _run(INSTALL, env, "--prefix", str(tmp_path / "prefix"))
+    result = run_script(INSTALL, env, "--prefix", str(tmp_path / "prefix"))
     assert result.returncode == 1
     assert "no Go toolchain on PATH" in result.stderr

@@ -10,7 +10,7 @@ from components import haproxy, render
 from components.plan import build_plan
 from components.plan.cli import main as plan_main
 from components.settings import ConfigError, load_settings
-from tests.pulumi_harness import COMMAND, CONTAINER, IMAGE, Recording, record_stack
+from tests.pulumi_harness import COMMAND, CONTAINER, IMAGE, Recording, growth, record_stack
 
 HOSTS = [
     {"name": "npu-a", "endpoint": "unix:///var/run/docker.sock", "cards": 1},
@@ -278,14 +278,11 @@ def test_one_host_per_host_is_one_gateway_and_a_balancer():
 
 
 def test_single_to_per_host_keeps_every_resource_and_reloads_the_first_gateway_in_place():
-    single = {r.urn: r for r in record_stack(SINGLE).resources}
-    after = {r.urn: r for r in record_stack(PER_HOST).resources}
-    assert set(single) <= set(after)
-    changed = sorted(r.name for urn, r in single.items() if r.inputs != after[urn].inputs)
+    grown = growth(record_stack(SINGLE), record_stack(PER_HOST))
     # The gateway and its keeper keep their containers (their uploads are ignored): their new
     # configs (host b's instances left out) are installed. Host b's cards now drain at host b's
     # own gateway: their in-service steps are updated in place (an undrain), not replaced.
-    assert changed == [
+    assert grown.changed == [
         "npu-a-gateway",
         "npu-a-gateway-config",
         "npu-a-gateway-keeper",
@@ -293,7 +290,7 @@ def test_single_to_per_host_keeps_every_resource_and_reloads_the_first_gateway_i
         "npu-b-card-0-in-service",
         "npu-b-card-1-in-service",
     ]
-    added = {after[urn].name for urn in set(after) - set(single) if after[urn].custom}
+    added = {r.name for r in grown.added if r.custom}
     assert added == {
         "npu-b-gateway",
         "npu-b-gateway-image",

@@ -10,16 +10,17 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
 
 from components import plan as plan_module
 from components import render
-from components.plan import build_plan, slot_ports, topology_ports
+from components.plan import PaddlexInstance, build_plan, slot_ports, topology_ports
 from components.render import gateway as render_gateway
 from components.render import keeper as render_keeper
-from components.settings import load_settings
+from components.settings import FleetSettings, load_settings
 from tests.ports import free_port, free_ports
 from tests.waiting import wait_for
 
@@ -206,6 +207,15 @@ def _settings_on(port: int, timeout: int = 20):
     return settings, build_plan(settings)
 
 
+def _sh(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a rendered command that ends by itself (a readiness wait, a lookup) as the stack's
+    `command` provider does, through `/bin/sh -c`; its output captured as text, a minute at most.
+    (A start command is not for this: the service it leaves behind holds the output pipes.)"""
+    return subprocess.run(
+        ["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
 def test_vllm_readiness_waits_until_the_model_is_listed(shell_env):
     env, _, _ = shell_env
     port = free_port()
@@ -214,13 +224,7 @@ def test_vllm_readiness_waits_until_the_model_is_listed(shell_env):
     server = _Server(port, models, delay=2.0)
     try:
         started = time.monotonic()
-        result = subprocess.run(
-            ["/bin/sh", "-c", render.vllm_ready_command(settings, plan.vllm[0])],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = _sh(render.vllm_ready_command(settings, plan.vllm[0]), env)
         assert result.returncode == 0, result.stderr
         assert time.monotonic() - started >= 1.5
         assert f"ready at http://127.0.0.1:{port}/v1/models" in result.stdout
@@ -234,13 +238,7 @@ def test_vllm_readiness_rejects_a_server_without_the_served_model(shell_env):
     settings, plan = _settings_on(port, timeout=2)
     server = _Server(port, b'{"object":"list","data":[{"id":"other-model"}]}')
     try:
-        result = subprocess.run(
-            ["/bin/sh", "-c", render.vllm_ready_command(settings, plan.vllm[0])],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = _sh(render.vllm_ready_command(settings, plan.vllm[0]), env)
     finally:
         server.close()
     assert result.returncode == 1
@@ -253,25 +251,47 @@ def test_readiness_fails_fast_when_the_container_stopped(shell_env):
     env, _, _ = shell_env
     settings, plan = _settings_on(free_port(), timeout=300)
     started = time.monotonic()
-    result = subprocess.run(
-        ["/bin/sh", "-c", render.paddlex_ready_command(settings, plan.paddlex[0])],
-        env={**env, "FAKE_DOCKER_RUNNING": "false"},
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = _sh(
+        render.paddlex_ready_command(settings, plan.paddlex[0]),
+        {**env, "FAKE_DOCKER_RUNNING": "false"},
     )
     assert result.returncode == 1 and time.monotonic() - started < 30
     assert "is not running" in result.stderr
     assert "tail -n 100 /data/logs/paddle-" in result.stderr
 
 
-def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
-    shell_env, tmp_path, monkeypatch
-):
+class PaddlexInContainer(NamedTuple):
+    env: dict[str, str]
+    docker_log: Path
+    argv_file: Path
+    settings: FleetSettings
+    paddlex: PaddlexInstance
+
+
+@pytest.fixture
+def paddlex_in_container(shell_env, tmp_path, monkeypatch) -> PaddlexInContainer:
+    """One PaddleX instance (of :func:`_settings_on`) whose container is this machine: its
+    config and log folders point at tmp_path; a fake `paddlex` on PATH records its argv (and a
+    variable from ~/.bashrc) in ``argv_file`` and serves until killed, keeping its argv as a
+    real server does (the stop command recognises its service by it)."""
     env, bin_dir, log = shell_env
-    argv_file = _container_paths(tmp_path, bin_dir, monkeypatch)
+    monkeypatch.setattr(plan_module, "LOG_DIR_IN_CONTAINER", str(tmp_path / "logs"))
+    monkeypatch.setattr(plan_module, "CONFIG_DIR_IN_CONTAINER", str(tmp_path / "etc"))
+    (tmp_path / "etc").mkdir()
+    argv_file = tmp_path / "paddlex.argv"
+    _executable(
+        bin_dir / "paddlex",
+        f'#!/bin/bash\necho "$FROM_BASHRC" "$@" > {argv_file}\necho serving\n'
+        f'exec {sys.executable} -c "import time; time.sleep(60)" "$@"\n',
+    )
     settings, plan = _settings_on(free_port())
-    paddlex = plan.paddlex[0]
+    return PaddlexInContainer(env, log, argv_file, settings, plan.paddlex[0])
+
+
+def test_paddlex_start_and_stop_commands_run_the_service_and_end_it(
+    paddlex_in_container,
+):
+    env, log, argv_file, settings, paddlex = paddlex_in_container
     subprocess.run(
         ["/bin/sh", "-c", render.paddlex_start_command(settings, paddlex)], env=env, check=True
     )
@@ -317,12 +337,9 @@ def _servers(paddlex) -> list[int]:
 
 
 def test_starting_again_or_at_once_leaves_one_service_the_pid_file_names(
-    shell_env, tmp_path, monkeypatch
+    paddlex_in_container,
 ):
-    env, bin_dir, _ = shell_env
-    argv_file = _container_paths(tmp_path, bin_dir, monkeypatch)
-    settings, plan = _settings_on(free_port())
-    paddlex = plan.paddlex[0]
+    env, _, argv_file, settings, paddlex = paddlex_in_container
     start = ["/bin/sh", "-c", render.paddlex_start_command(settings, paddlex)]
     # Three starts at once (a container restart racing `fleetctl restart`), then an update.
     for process in [subprocess.Popen(start, env=env) for _ in range(3)]:
@@ -343,13 +360,10 @@ def test_starting_again_or_at_once_leaves_one_service_the_pid_file_names(
 
 
 def test_a_stale_pid_file_naming_another_process_is_left_alone_by_the_stop(
-    shell_env, tmp_path, monkeypatch
+    paddlex_in_container,
 ):
     """In a restarted container pids start again at 1: the pid file may name any process."""
-    env, bin_dir, _ = shell_env
-    _container_paths(tmp_path, bin_dir, monkeypatch)
-    _, plan = _settings_on(free_port())
-    paddlex = plan.paddlex[0]
+    env, paddlex = paddlex_in_container.env, paddlex_in_container.paddlex
     other = subprocess.Popen(["sleep", "30"])
     try:
         Path(render.pid_file(paddlex)).write_text(f"{other.pid}\n")
@@ -364,17 +378,12 @@ def test_a_stale_pid_file_naming_another_process_is_left_alone_by_the_stop(
 def test_a_containers_start_time_is_read_and_a_missing_one_names_the_repair(shell_env):
     env, _, log = shell_env
     command = render.container_started_command("0123456789abcdef", "paddle-9120-sim-0")
-    found = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True)
+    found = _sh(command, env)
     assert (found.returncode, found.stdout) == (0, "true\n")  # the fake prints its state
     argv = json.loads(log.read_text().splitlines()[-1])["argv"]
     assert argv[:3] == ["inspect", "--type", "container"] and argv[-1] == "0123456789abcdef"
     assert "{{.State.StartedAt}}" in argv[-2]
-    missing = subprocess.run(
-        ["/bin/sh", "-c", command],
-        env={**env, "FAKE_DOCKER_MISSING": "1"},
-        capture_output=True,
-        text=True,
-    )
+    missing = _sh(command, {**env, "FAKE_DOCKER_MISSING": "1"})
     assert missing.returncode == 1
     assert "paddle-9120-sim-0 (0123456789ab) is in the stack's state" in missing.stderr
     assert "`pulumi up --refresh` creates it again" in missing.stderr
@@ -392,29 +401,10 @@ def _line_in(path: Path) -> bool:
     return "\n" in _text(path)
 
 
-def _container_paths(tmp_path: Path, bin_dir: Path, monkeypatch) -> Path:
-    """Point the container's config and log folders at tmp_path; a fake `paddlex` on PATH
-    records its argv (and a variable from ~/.bashrc) and serves until killed, keeping its
-    argv as a real server does (the stop command recognises its service by it)."""
-    monkeypatch.setattr(plan_module, "LOG_DIR_IN_CONTAINER", str(tmp_path / "logs"))
-    monkeypatch.setattr(plan_module, "CONFIG_DIR_IN_CONTAINER", str(tmp_path / "etc"))
-    (tmp_path / "etc").mkdir()
-    argv_file = tmp_path / "paddlex.argv"
-    _executable(
-        bin_dir / "paddlex",
-        f'#!/bin/bash\necho "$FROM_BASHRC" "$@" > {argv_file}\necho serving\n'
-        f'exec {sys.executable} -c "import time; time.sleep(60)" "$@"\n',
-    )
-    return argv_file
-
-
 def test_a_restarted_paddlex_container_runs_its_service_again_a_fresh_one_idles(
-    shell_env, tmp_path, monkeypatch
+    paddlex_in_container,
 ):
-    env, bin_dir, _ = shell_env
-    argv_file = _container_paths(tmp_path, bin_dir, monkeypatch)
-    settings, plan = _settings_on(free_port())
-    paddlex = plan.paddlex[0]
+    env, _, argv_file, settings, paddlex = paddlex_in_container
     idle = render.paddlex_idle_argv(paddlex)
 
     fresh = subprocess.Popen(idle, env=env)

@@ -20,6 +20,7 @@ from tests.pulumi_harness import (
     REMOTE_IMAGE,
     RUN,
     Recording,
+    growth,
     record_stack,
 )
 
@@ -276,13 +277,10 @@ def test_preview_registers_the_same_resources_with_unknown_urls():
 
 
 def test_growing_six_to_eight_cards_changes_no_existing_vllm_or_paddlex_resource():
-    before = {r.urn: r for r in record_stack({"cards": "6"}).resources}
-    after = {r.urn: r for r in record_stack({"cards": "8"}).resources}
-    assert set(before) <= set(after)
-    changed = sorted(r.name for urn, r in before.items() if r.inputs != after[urn].inputs)
+    grown = growth(record_stack({"cards": "6"}), record_stack({"cards": "8"}))
     # Only the config pushes of the gateway and its keeper change; their containers ignore
     # their uploads.
-    assert changed == [
+    assert grown.changed == [
         "local-gateway",
         "local-gateway-config",
         "local-gateway-keeper",
@@ -290,7 +288,7 @@ def test_growing_six_to_eight_cards_changes_no_existing_vllm_or_paddlex_resource
     ]
     # Per card: the card, 2 vLLM and 6 PaddleX components, their 8 containers, 2 + 12 commands
     # and its in-service step.
-    assert len(after) - len(before) == 2 * (1 + 2 + 6 + 8 + 2 + 12 + 1)
+    assert len(grown.added) == 2 * (1 + 2 + 6 + 8 + 2 + 12 + 1)
 
 
 @pytest.mark.parametrize(
@@ -452,15 +450,9 @@ TWO_HOSTS_ENDPOINTS = {"npu-a": "ssh://ops@npu-a.example", "gpu-b": "tcp://gpu-b
 
 
 def test_adding_or_removing_a_host_leaves_the_other_host_untouched():
-    both = {r.urn: r for r in record_stack(TWO_HOSTS).resources}
     hosts = json.loads(TWO_HOSTS["hosts"])
-    only_a = {
-        r.urn: r
-        for r in record_stack({"hosts": json.dumps(hosts[:1]), "gatewayHost": "npu-a"}).resources
-    }
-    assert set(only_a) <= set(both)
-    changed = sorted(r.name for urn, r in only_a.items() if r.inputs != both[urn].inputs)
-    assert changed == [
+    only_a = record_stack({"hosts": json.dumps(hosts[:1]), "gatewayHost": "npu-a"})
+    assert growth(only_a, record_stack(TWO_HOSTS)).changed == [
         "npu-a-gateway",
         "npu-a-gateway-config",
         "npu-a-gateway-keeper",

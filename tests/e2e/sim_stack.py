@@ -54,6 +54,10 @@ class SimStack:
         self.config.update(values)
         self.stack.set_config(values)
 
+    def remove(self, key: str) -> None:
+        self.config.pop(key)
+        self.stack.remove_config(key)
+
 
 def sim_config(ports: int, gateway_name: str, **overrides: str | None) -> dict[str, str]:
     """One sim card (one vLLM, two PaddleX), the prebuilt gateway image, short waits; an

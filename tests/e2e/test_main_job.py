@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.pulumi_stack import REPO, find_cli
+from tests.shell_scripts import run_script
 
 DEMO_LABEL = "paddleocr-fleet.stack=paddleocr-fleet/demo"
 BLOCKER_IMAGE = "paddleocr-fleet/test-blocker:empty"
@@ -64,15 +65,7 @@ def _hold_a_demo_name() -> None:
 def _run(
     checkout: Path, env: dict[str, str], timeout: float, script: str = "up.sh"
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", str(checkout / "scripts" / script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_script(checkout / "scripts" / script, env, timeout=timeout)
 
 
 @pytest.mark.docker

@@ -14,86 +14,55 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from components.plan import FleetPlan, build_plan
-from components.settings import load_settings
-from tests.e2e.pulumi_stack import PulumiStack, changed
-from tests.e2e.test_fleet_on_docker import docker, labelled_containers, png_bytes, temp_model_dir
+from tests.e2e.pulumi_stack import changed
+from tests.e2e.sim_stack import SimStack, sim_stack, tokens
+from tests.e2e.test_fleet_on_docker import docker, labelled_containers, png_bytes
+from tests.monitoring.status_page import log_in, save_screenshot, seconds_until_unhealthy
 
 pytestmark = pytest.mark.docker
 
-VLLM_BASE, PADDLEX_BASE, GATEWAY_PORT, PROMETHEUS_PORT = 20025, 20120, 20101, 20090
-STACK = "monitoring-" + os.urandom(3).hex()
-GATEWAY_NAME = "paddleocr-fleet-gateway-monitoring"
-STACK_LABEL = f"paddleocr-fleet.stack=paddleocr-fleet/{STACK}"
+PROMETHEUS_PORT, EXPORTER_PORT = 20090, 20104
 ADMIN = "monitoring-admin-" + os.urandom(12).hex()
 USER = "monitoring-user-" + os.urandom(12).hex()
 PROMETHEUS = f"http://127.0.0.1:{PROMETHEUS_PORT}"
-ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", "/tmp/paddleocr-fleet-artifacts"))
-
-
-class Stack:
-    def __init__(self, stack: PulumiStack, config: dict[str, str], data_dir: Path):
-        self.stack, self.config, self.data_dir = stack, dict(config), data_dir
-
-    @property
-    def plan(self) -> FleetPlan:
-        return build_plan(load_settings(self.config))
-
-    def set(self, **values: str) -> None:
-        self.config.update(values)
-        self.stack.set_config(values)
 
 
 @pytest.fixture(scope="module")
-def fleet(docker_engine):
-    for name in docker("ps", "-a", "--format", "{{.Names}}").stdout.split():
-        if name.startswith(GATEWAY_NAME) or re.search(r"-20[0-9]{3}-sim-", name):
-            docker("rm", "-f", name)  # leftovers of an interrupted run
-    model_dir = temp_model_dir()
-    data_dir = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-prometheus-"))
-    config = {
-        "accelerator": "sim",
-        "cards": "1",
-        "vllmPerCard": "1",
-        "paddlexPerVllm": "2",
-        "modelDir": model_dir,
-        "vllmBasePort": str(VLLM_BASE),
-        "paddlexBasePort": str(PADDLEX_BASE),
-        "gatewayPort": str(GATEWAY_PORT),
-        "gatewayContainerName": GATEWAY_NAME,
-        "keeperPort": str(GATEWAY_PORT + 1),
-        "gatewayJobsDir": tempfile.mkdtemp(prefix="paddleocr-fleet-jobs-"),
-        "gateway": json.dumps({"health": {"interval_s": 1}}),
-        "monitoring": "true",
-        "prometheusPort": str(PROMETHEUS_PORT),
-        "prometheusDataDir": str(data_dir),
-        # No image registry here: the gateway and Prometheus images build on the base image.
-        "buildArgs": json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
-        "vllmReadyTimeout": "180",
-        "paddlexReadyTimeout": "180",
-        "readyPollInterval": "1",
-    }
-    root = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-monitoring-"))
-    secrets = {"tokens": json.dumps({"team-a": USER}), "adminTokens": json.dumps({"ops": ADMIN})}
-    stack = PulumiStack.create(root, STACK, config, secrets)
+def fleet(docker_engine) -> Iterator[SimStack]:
+    folder = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-prometheus-"))
     try:
-        yield Stack(stack, config, data_dir)
+        with sim_stack(
+            "monitoring",
+            ports=20000,
+            secrets=tokens(USER, ADMIN),
+            gatewayImage=None,  # built by the stack, as Prometheus's image is
+            gateway=json.dumps({"health": {"interval_s": 1}}),
+            monitoring="true",
+            prometheusPort=str(PROMETHEUS_PORT),
+            # in the module's block: a fleet elsewhere on this machine may hold the default 9104
+            exporterPort=str(EXPORTER_PORT),
+            prometheusDataDir=str(folder),
+            # No image registry here: the gateway and Prometheus images build on the base image.
+            buildArgs=json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
+        ) as fleet:
+            yield fleet
     finally:
-        if labelled_containers(STACK_LABEL):
-            stack.run(["destroy", "--stack", STACK, "--yes", "--non-interactive"], check=False)
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(model_dir, ignore_errors=True)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def data_dir(fleet: SimStack) -> Path:
+    """Prometheus's data folder on the host."""
+    return Path(fleet.config["prometheusDataDir"])
 
 
 def prometheus(path: str, **params: str) -> Any:
@@ -130,8 +99,8 @@ def all_up(expected: dict[str, int]) -> list[dict[str, Any]] | None:
     return targets
 
 
-def prometheus_started() -> str:
-    name = f"{GATEWAY_NAME}-prometheus"
+def prometheus_started(fleet: SimStack) -> str:
+    name = f"{fleet.gateway_name}-prometheus"
     return docker("inspect", "-f", "{{.Id}} {{.State.StartedAt}}", name).stdout.strip()
 
 
@@ -153,7 +122,7 @@ def test_up_deploys_prometheus_scraping_every_target(fleet):
         p.container_name for p in fleet.plan.paddlex
     )
     assert all(float(m["value"][1]) > 1_000_000 for m in memory)
-    assert any(fleet.data_dir.iterdir()), "Prometheus keeps nothing in its host folder"
+    assert any(data_dir(fleet).iterdir()), "Prometheus keeps nothing in its host folder"
     flags = prometheus("/api/v1/status/flags")
     assert flags["storage.tsdb.retention.time"] == "15d"
     assert flags["storage.tsdb.retention.size"] in ("2GB", "2GiB")  # shown in binary units
@@ -161,7 +130,7 @@ def test_up_deploys_prometheus_scraping_every_target(fleet):
 
 
 def test_targets_follow_a_second_card_without_a_restart(fleet):
-    before = prometheus_started()
+    before = prometheus_started(fleet)
     fleet.set(cards="2")
     fleet.stack.up()
     targets = wait_until(
@@ -171,7 +140,7 @@ def test_targets_follow_a_second_card_without_a_restart(fleet):
         "0",
         "1",
     ]
-    assert prometheus_started() == before, "Prometheus was restarted or replaced"
+    assert prometheus_started(fleet) == before, "Prometheus was restarted or replaced"
     assert changed(fleet.stack.up()) == {}, "a second up changed something"
 
 
@@ -185,10 +154,7 @@ def test_status_page_and_alert_of_a_stopped_paddlex(fleet):
         page = browser.new_page()
         page.goto(f"{gateway}/status")
         assert page.eval("fetch('/status/api/state').then(r => r.status)") == 401
-        page.wait_for("!!document.getElementById('token')")  # sent to the login form
-        page.eval(f"document.getElementById('token').value = {ADMIN!r}")
-        page.eval("document.getElementById('login').click(), true")
-        page.wait_for("document.body.dataset.loaded === '1'")
+        log_in(page, ADMIN)  # (sent to the login form)
         chips = "[...document.querySelectorAll('.chip.paddlex')]"
         urls = page.wait_for(
             f"{chips}.every(c => c.dataset.state === 'healthy') && {chips}.map(c => c.dataset.url)"
@@ -202,14 +168,8 @@ def test_status_page_and_alert_of_a_stopped_paddlex(fleet):
 
         docker("stop", "-t", "1", victim.container_name)
         stopped = time.monotonic()
-        page.wait_for(
-            f"document.querySelector('.chip.paddlex[data-url=\"{victim.url}\"]')"
-            ".dataset.state !== 'healthy'",
-            timeout=15,
-        )
-        seen = time.monotonic() - stopped
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shot = page.screenshot(ARTIFACTS / "status-page.png")
+        seen = seconds_until_unhealthy(page, victim.url, timeout=15)
+        shot = save_screenshot(page, "status-page.png")
         assert shot.stat().st_size > 10_000
     print(f"status page: {victim.container_name} unhealthy {seen:.1f}s after docker stop")
 
@@ -254,5 +214,5 @@ def test_every_dashboard_query_parses_and_returns_data(fleet):
 
 def test_destroy_leaves_the_data_folder(fleet):
     fleet.stack.destroy()
-    assert not labelled_containers(STACK_LABEL)
-    assert any(fleet.data_dir.iterdir())
+    assert not labelled_containers(fleet.label)
+    assert any(data_dir(fleet).iterdir())

@@ -11,95 +11,47 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
-import tempfile
-from pathlib import Path
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from components.plan import FleetPlan, build_plan
-from components.settings import load_settings
 from tests.e2e.job_api import finished_job
-from tests.e2e.pulumi_stack import PulumiStack, changed
+from tests.e2e.pulumi_stack import changed
+from tests.e2e.sim_stack import SimStack, sim_stack
 from tests.e2e.test_fleet_on_docker import (
     docker,
     labelled_containers,
     png_bytes,
-    temp_model_dir,
     vllm_port_named_in,
 )
 
 pytestmark = pytest.mark.docker
 
-VLLM_BASE, PADDLEX_BASE, GATEWAY_PORT, BALANCER_PORT = 17025, 17120, 17101, 17180
-STACK = "scale-out-" + os.urandom(3).hex()
-GATEWAY_NAME = "paddleocr-fleet-gateway-scale-out"
+BALANCER_PORT = 17180
 BALANCER_NAME = "paddleocr-fleet-balancer-scale-out"
-STACK_LABEL = f"paddleocr-fleet.stack=paddleocr-fleet/{STACK}"
 TOKEN = "scale-out-token-" + os.urandom(12).hex()
 USER = {"Authorization": f"Bearer {TOKEN}"}
 BALANCER = {"port": BALANCER_PORT, "containerName": BALANCER_NAME, "checkIntervalS": 1}
 
 
-def container_ids() -> dict[str, str]:
-    """Name -> id of every container of this module's stack."""
-    return labelled_containers(STACK_LABEL)
-
-
-class Stack:
-    def __init__(self, stack: PulumiStack, config: dict[str, str]):
-        self.stack, self.config = stack, dict(config)
-
-    @property
-    def plan(self) -> FleetPlan:
-        return build_plan(load_settings(self.config))
-
-    def set(self, **values: str) -> None:
-        self.config.update(values)
-        self.stack.set_config(values)
-
-    def remove(self, key: str) -> None:
-        self.config.pop(key)
-        self.stack.remove_config(key)
-
-
 @pytest.fixture(scope="module")
-def fleet(docker_engine):
-    for name in docker("ps", "-a", "--format", "{{.Names}}").stdout.split():
-        leftover = name.startswith(GATEWAY_NAME) or name == BALANCER_NAME
-        if leftover or re.search(r"-17[0-9]{3}-sim-", name):
-            docker("rm", "-f", name)  # leftovers of an interrupted run
-    model_dir = temp_model_dir()
-    config = {
-        "accelerator": "sim",
-        "cards": "1",
-        "vllmPerCard": "1",
-        "paddlexPerVllm": "2",
-        "modelDir": model_dir,
-        "vllmBasePort": str(VLLM_BASE),
-        "paddlexBasePort": str(PADDLEX_BASE),
-        "gatewayPort": str(GATEWAY_PORT),
-        "gatewayContainerName": GATEWAY_NAME,
-        "keeperPort": str(GATEWAY_PORT + 1),
-        "gatewayImage": "paddleocr-fleet/gateway:latest",
-        "gatewayJobsDir": tempfile.mkdtemp(prefix="paddleocr-fleet-jobs-"),
+def fleet(docker_engine) -> Iterator[SimStack]:
+    if BALANCER_NAME in docker("ps", "-a", "--format", "{{.Names}}").stdout.split():
+        docker("rm", "-f", BALANCER_NAME)  # a leftover of an interrupted run
+    with sim_stack(
+        "scale-out",
+        ports=17000,
+        secrets={"tokens": json.dumps({"team-a": TOKEN})},
         # No image registry here: the balancer image builds on the local base image.
-        "buildArgs": json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
-        "vllmReadyTimeout": "180",
-        "paddlexReadyTimeout": "180",
-        "readyPollInterval": "1",
-    }
-    root = Path(tempfile.mkdtemp(prefix="paddleocr-fleet-scale-out-"))
-    stack = PulumiStack.create(root, STACK, config, {"tokens": json.dumps({"team-a": TOKEN})})
-    try:
-        yield Stack(stack, config)
-    finally:
-        if container_ids():
-            stack.run(["destroy", "--stack", STACK, "--yes", "--non-interactive"], check=False)
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(model_dir, ignore_errors=True)
+        buildArgs=json.dumps({"BASE_IMAGE": "paddleocr-fleet/base:bookworm"}),
+    ) as fleet:
+        yield fleet
+
+
+def container_ids(fleet: SimStack) -> dict[str, str]:
+    """Name -> id of every container of this module's stack."""
+    return labelled_containers(fleet.label)
 
 
 def ocr(url: str, headers: dict[str, str] | None = USER) -> httpx.Response:
@@ -111,7 +63,7 @@ def ocr(url: str, headers: dict[str, str] | None = USER) -> httpx.Response:
     )
 
 
-def assert_served(fleet: Stack, url: str) -> None:
+def assert_served(fleet: SimStack, url: str) -> None:
     answer = ocr(url)
     assert answer.status_code == 200, answer.text
     body = answer.json()
@@ -127,7 +79,7 @@ def test_up_in_the_single_layout_serves_through_the_gateway(fleet):
 
 
 def test_per_host_adds_the_balancer_and_leaves_every_other_resource_alone(fleet):
-    before = container_ids()
+    before = container_ids(fleet)
     fleet.set(gatewayLayout="per-host", balancer=json.dumps(BALANCER))
     steps = fleet.stack.up()
     touched = changed(steps)
@@ -137,7 +89,7 @@ def test_per_host_adds_the_balancer_and_leaves_every_other_resource_alone(fleet)
     assert reloaded, "the gateway's config was not installed again"
     assert all(n.startswith("local-balancer") and ops == {"create"} for n, ops in touched.items())
     assert {"local-balancer", "local-balancer-image", "local-balancer-ready"} <= set(touched)
-    after = container_ids()
+    after = container_ids(fleet)
     assert {n: i for n, i in after.items() if n != BALANCER_NAME} == before
     outputs = fleet.stack.outputs()
     plan = fleet.plan
@@ -169,12 +121,12 @@ def test_a_second_up_changes_nothing(fleet):
 
 
 def test_a_changed_balancer_setting_is_reloaded_in_the_running_container(fleet):
-    before = container_ids()
+    before = container_ids(fleet)
     fleet.set(balancer=json.dumps({**BALANCER, "checkIntervalS": 0.5}))
     touched = changed(fleet.stack.up())
     # The container ignores its upload: the new config is installed and reloaded in it.
     assert set(touched) == {"local-balancer-config"}, touched
-    assert container_ids() == before
+    assert container_ids(fleet) == before
     plan = fleet.plan
     assert plan.balancer is not None
     config = docker("exec", BALANCER_NAME, "cat", plan.balancer.config_path).stdout
@@ -183,15 +135,15 @@ def test_a_changed_balancer_setting_is_reloaded_in_the_running_container(fleet):
 
 
 def test_back_to_the_single_layout_removes_the_balancer_alone(fleet):
-    before = container_ids()
+    before = container_ids(fleet)
     fleet.set(gatewayLayout="single")
     fleet.remove("balancer")
     touched = changed(fleet.stack.up())
     assert touched.pop("local-gateway-config", None), "the gateway's config was not installed"
     assert touched and all(n.startswith("local-balancer") for n in touched), touched
     assert all(ops == {"delete"} for ops in touched.values()), touched
-    assert container_ids() == {n: i for n, i in before.items() if n != BALANCER_NAME}
-    assert docker("image", "inspect", f"paddleocr-fleet/balancer:{STACK}").returncode != 0
+    assert container_ids(fleet) == {n: i for n, i in before.items() if n != BALANCER_NAME}
+    assert docker("image", "inspect", f"paddleocr-fleet/balancer:{fleet.name}").returncode != 0
     outputs = fleet.stack.outputs()
     assert outputs["gateway_url"] == fleet.plan.gateway.url and "gateways" not in outputs
     assert_served(fleet, outputs["gateway_url"])
@@ -199,4 +151,4 @@ def test_back_to_the_single_layout_removes_the_balancer_alone(fleet):
 
 def test_destroy_leaves_no_container(fleet):
     fleet.stack.destroy()
-    assert container_ids() == {}
+    assert container_ids(fleet) == {}

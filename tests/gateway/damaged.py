@@ -21,14 +21,14 @@ import pypdfium2 as pdfium
 from PIL import Image, ImageDraw
 
 from gateway.inputs.pdf import PDFIUM_LOCK
+from tests.gateway.raw_pdf import BINARY_MARKER, HEADER, pdf_from_objects
 
 PAGES = 5
 WIDTHS = [100 + i for i in range(PAGES)]  # page i is 100 + i points wide: its order is visible
 
 
 def classic_pdf(widths: list[int] = WIDTHS) -> bytes:
-    """A PDF written the classic way (objects, an xref table, a trailer), one content stream
-    per page, so that each part can be broken on its own."""
+    """A PDF written the classic way (:func:`pdf_from_objects`), one content stream per page."""
     objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b""]
     kids = []
     for width in widths:
@@ -40,19 +40,7 @@ def classic_pdf(widths: list[int] = WIDTHS) -> bytes:
         )
         kids.append(b"%d 0 R" % len(objects))
     objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(kids), len(kids))
-    out = io.BytesIO()
-    out.write(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\n" % (len(objects) + 1))
-    out.write(b"startxref\n%d\n%%%%EOF\n" % xref)
-    return out.getvalue()
+    return pdf_from_objects(objects, header=HEADER + BINARY_MARKER)
 
 
 def _without_xref(data: bytes) -> bytes:

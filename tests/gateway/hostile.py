@@ -9,10 +9,11 @@ Usage::
 
 from __future__ import annotations
 
-import io
 import struct
 import time
 import zlib
+
+from tests.gateway.raw_pdf import pdf_from_objects
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -76,26 +77,9 @@ def huge_webp(width: int, height: int) -> bytes:
     return b"RIFF" + struct.pack("<I", 4 + len(chunk)) + b"WEBP" + chunk
 
 
-def _pdf(objects: list[bytes]) -> bytes:
-    out = io.BytesIO()
-    out.write(b"%PDF-1.7\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(
-        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    )
-    return out.getvalue()
-
-
 def looping_pdf() -> bytes:
     """The root /Pages node lists itself among its /Kids."""
-    return _pdf(
+    return pdf_from_objects(
         [
             b"<< /Type /Catalog /Pages 2 0 R >>",
             b"<< /Type /Pages /Kids [2 0 R 3 0 R] /Count 2 >>",
@@ -109,7 +93,7 @@ def page_tree_bomb(fanout: int = 30) -> bytes:
     /Count, so PDFium (PaddleX's engine) counts the tree itself and sees every repetition (a
     /Count it trusts instead: PaddleX would render only that many pages)."""
     kids = lambda ref: b"[" + b" ".join([ref] * fanout) + b"]"  # noqa: E731
-    return _pdf(
+    return pdf_from_objects(
         [
             b"<< /Type /Catalog /Pages 2 0 R >>",
             b"<< /Type /Pages /Kids " + kids(b"3 0 R") + b" >>",
@@ -123,7 +107,7 @@ def page_tree_bomb(fanout: int = 30) -> bytes:
 def huge_page_pdf(points: int = 200000) -> bytes:
     """One page of `points` x `points` (the default: 20000 x 20000 pixels even at PaddleX's
     smallest render scale, 0.1, over its 178,956,970-pixel limit)."""
-    return _pdf(
+    return pdf_from_objects(
         [
             b"<< /Type /Catalog /Pages 2 0 R >>",
             b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",

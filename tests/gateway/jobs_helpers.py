@@ -11,11 +11,13 @@ from typing import Any
 import httpx
 import pypdfium2 as pdfium
 
+from gateway.jobs.store import Job
 from tests.gateway.conftest import gateway_config
 
 TOKEN = "team-a-secret"
 OTHER_TOKEN = "team-b-secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JOBS = "/api/v2/ocr/jobs"
 
 
 def sha(token: str) -> str:
@@ -48,6 +50,15 @@ def jobs_config(
     return gateway_config(upstreams, **base)
 
 
+def pending_job(job_id: str, tenant: str, created: float, pages: int) -> Job:
+    """A PDF job of ``pages`` pages as a store's ``create_job`` takes it, none of it done."""
+    return Job(
+        id=job_id, batch_id=None, tenant=tenant, model="PaddleOCR-VL-1.5", state="pending",
+        kind="pdf", pages=list(range(pages)), options={}, callback_url=None, error=None,
+        created=created, started=None, finished=None, extracted=0,
+    )  # fmt: skip
+
+
 def stored_inputs(jobs: Any) -> int:
     """How many job inputs the store of ``jobs`` (a gateway's jobs settings) holds."""
     if jobs.store_url is not None:
@@ -76,6 +87,45 @@ def source_page(result_page: dict[str, Any]) -> int:
     return result_page["prunedResult"]["width"] // 2 - 100
 
 
+def write_pdf(path: Path, pages: int) -> Path:
+    """A :func:`numbered_pdf` of ``pages`` pages at ``path``, for clients that upload files."""
+    path.write_bytes(numbered_pdf(pages))
+    return path
+
+
+def submit_pdf(
+    client: httpx.Client, pages: int, *, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    """Submit a :func:`numbered_pdf` of ``pages`` pages as a job (the answer, unchecked: some
+    tests expect a refusal)."""
+    return client.post(
+        JOBS, headers=headers or AUTH, files={"file": ("d.pdf", numbered_pdf(pages))}
+    )
+
+
+def submit_pdfs(clients: list[httpx.Client], pages: int) -> list[str]:
+    """One :func:`numbered_pdf` job of ``pages`` pages through each client in turn; their ids."""
+    ids = []
+    for client in clients:
+        answer = submit_pdf(client, pages)
+        assert answer.status_code == 200, answer.text
+        ids.append(answer.json()["data"]["jobId"])
+    return ids
+
+
+def wait_part_extracted(
+    client: httpx.Client, job_id: str, below: int, *, attempts: int = 600
+) -> dict[str, Any]:
+    """Poll a job until some but fewer than ``below`` of its pages are extracted (the moment to
+    kill a gateway mid-job); the last status seen, for the caller to check it got there."""
+    for _ in range(attempts):
+        data = client.get(f"{JOBS}/{job_id}", headers=AUTH).json()["data"]
+        if 0 < data["extractProgress"]["extractedPages"] < below:
+            break
+        time.sleep(0.02)
+    return data
+
+
 def wait_job(
     client: httpx.Client,
     job_id: str,
@@ -87,7 +137,7 @@ def wait_job(
     """Poll a job's status until its state is one of ``states`` (bounded)."""
     deadline = time.monotonic() + limit_s
     while True:
-        answer = client.get(f"/api/v2/ocr/jobs/{job_id}", headers=headers or AUTH)
+        answer = client.get(f"{JOBS}/{job_id}", headers=headers or AUTH)
         assert answer.status_code == 200, answer.text
         data = answer.json()["data"]
         if data["state"] in states:
@@ -107,3 +157,15 @@ def read_jsonl(url: str) -> list[dict[str, Any]]:
 
 def result_pages(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [page for line in lines for page in line["result"]["layoutParsingResults"]]
+
+
+def done_pages(client: httpx.Client, job_id: str, *, limit_s: float = 60.0) -> list[dict[str, Any]]:
+    """Wait for a job, require it ``done`` and return its result pages."""
+    data = wait_job(client, job_id, limit_s=limit_s)
+    assert data["state"] == "done", data
+    return result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
+
+
+def page_order(pages: list[dict[str, Any]]) -> list[int]:
+    """The document page each result page (of a :func:`numbered_pdf`) came from, in order."""
+    return [source_page(page) for page in pages]

@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 import schemathesis
@@ -38,26 +39,27 @@ async def loopback_dns(host: str, port: int) -> list[str]:
     return ["127.0.0.1"]
 
 
-class ErrorBodyMissing(Failure):
+class _RefusedAnswer(Failure):
+    """An answer of the gateway a check refuses: its status and the start of its body are the
+    message; the title is the class's ``kind_title`` (schemathesis's own default)."""
+
+    body_chars: ClassVar[int] = 300
+
+    def __init__(self, operation: str, status: int, body: str) -> None:
+        super().__init__(operation=operation, message=f"HTTP {status}: {body[: self.body_chars]}")
+
+
+class ErrorBodyMissing(_RefusedAnswer):
     """A 4xx without ``{"error": {"code", "message"}, "request_id"}``."""
 
-    def __init__(self, operation: str, status: int, body: str) -> None:
-        super().__init__(
-            operation=operation,
-            title="4xx without the gateway's JSON error body",
-            message=f"HTTP {status}: {body[:300]}",
-        )
+    kind_title = "4xx without the gateway's JSON error body"
 
 
-class GatewayServerError(Failure):
+class GatewayServerError(_RefusedAnswer):
     """A 5xx that the gateway produced itself (not every upstream answering 500)."""
 
-    def __init__(self, operation: str, status: int, body: str) -> None:
-        super().__init__(
-            operation=operation,
-            title="the gateway answered 5xx",
-            message=f"HTTP {status}: {body[:500]}",
-        )
+    kind_title = "the gateway answered 5xx"
+    body_chars = 500
 
 
 def no_gateway_5xx(ctx, response, case) -> bool | None:

@@ -39,6 +39,27 @@ def _config(tmp_path: Path, urls: list[str]) -> Path:
     return path
 
 
+def _close(*sockets: socket.socket) -> None:
+    for sock in sockets:
+        sock.close()
+
+
+def _slow_documents(fleet: DoubleFleet, quick_s: float) -> threading.Event:
+    """Make a document of ``SLOW_PAGES`` pages take ``SLOW_S`` at every double of ``fleet``
+    (others ``quick_s``); the event is set once a slow one has reached a double."""
+    slow_started = threading.Event()
+
+    def service_time(pages: int) -> float:
+        if pages == SLOW_PAGES:
+            slow_started.set()
+            return SLOW_S
+        return quick_s
+
+    for double in fleet:
+        double.knobs.service_time_fn = service_time
+    return slow_started
+
+
 def _offering(gw: GatewayProcess) -> bool:
     return "offering" in gw.log()
 
@@ -47,16 +68,7 @@ def _offering(gw: GatewayProcess) -> bool:
 def test_replaced_gateway_refuses_nothing(tmp_path: Path, workers_a: int, workers_b: int) -> None:
     handover = tmp_path / "run" / "handover.sock"
     with DoubleFleet(4, service_time_s=0.05) as fleet:
-        slow_started = threading.Event()
-
-        def service_time(pages: int) -> float:
-            if pages == SLOW_PAGES:
-                slow_started.set()
-                return SLOW_S
-            return 0.05
-
-        for double in fleet:
-            double.knobs.service_time_fn = service_time
+        slow_started = _slow_documents(fleet, quick_s=0.05)
         config = _config(tmp_path, fleet.urls)
         a = GatewayProcess(config, tmp_path / "a.log", workers=workers_a, handover=handover)
         b: GatewayProcess | None = None
@@ -114,14 +126,12 @@ def test_a_socket_on_another_port_is_not_taken(tmp_path: Path) -> None:
         taken = inherit(path, "127.0.0.1", port)
         assert [s.getsockname()[1] for s in taken] == [port]
         assert taken[0].getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
-        for sock in taken:
-            sock.close()
+        _close(*taken)
         other = port + 1 if port < 65535 else port - 1
         assert inherit(path, "127.0.0.1", other) == []
     finally:
         offer.close()
-        for sock in theirs:
-            sock.close()
+        _close(*theirs)
     assert not Path(path).exists()  # removed: it was still ours
     assert inherit(path, "127.0.0.1", 9) == []  # no one there
 
@@ -138,12 +148,10 @@ def test_the_newest_gateway_keeps_the_path(tmp_path: Path) -> None:
         port = sockets[0].getsockname()[1]
         taken = inherit(path, "127.0.0.1", port)
         assert len(taken) == 2
-        for sock in taken:
-            sock.close()
+        _close(*taken)
     finally:
         second.close()
-        for sock in sockets:
-            sock.close()
+        _close(*sockets)
 
 
 def test_connections_waiting_in_the_accept_queue_survive_the_handover(tmp_path: Path) -> None:
@@ -168,8 +176,7 @@ def test_connections_waiting_in_the_accept_queue_survive_the_handover(tmp_path: 
             with conn:
                 assert conn.recv(4) == b"ping"
     finally:
-        for sock in [*clients, *new]:
-            sock.close()
+        _close(*clients, *new)
 
 
 def test_separate_reuseport_sockets_lose_their_queue() -> None:
@@ -193,8 +200,7 @@ def test_separate_reuseport_sockets_lose_their_queue() -> None:
             except TimeoutError:
                 pass  # queued in the socket that stays: waits to be accepted
     finally:
-        for sock in [*clients, *new]:
-            sock.close()
+        _close(*clients, *new)
     assert resets > 0
 
 
@@ -300,12 +306,10 @@ def test_a_handover_whose_answer_broke_off_is_asked_again(tmp_path: Path) -> Non
         thread.join(10)
         assert inherited, "bound sockets of its own after one broken answer"
         assert new[0].getsockname()[1] == port
-        for sock in new:
-            sock.close()
+        _close(*new)
     finally:
         offer.close()
-        for sock in old:
-            sock.close()
+        _close(*old)
 
 
 def _serving(path: Path) -> dict[str, object] | None:
@@ -375,15 +379,7 @@ def test_a_replaced_keeper_refuses_no_slice(tmp_path: Path) -> None:
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     with DoubleFleet(1, service_time_s=0.02) as fleet:
-        slow_started = threading.Event()
-
-        def service_time(pages: int) -> float:
-            if pages == SLOW_PAGES:
-                slow_started.set()
-                return SLOW_S
-            return 0.02
-
-        fleet[0].knobs.service_time_fn = service_time
+        slow_started = _slow_documents(fleet, quick_s=0.02)
         upstream = fleet.urls[0]
         a = KeeperProcess(upstream, port, handover, tmp_path / "a.log", tmp_path / "a.serving")
         b: KeeperProcess | None = None

@@ -24,15 +24,20 @@ from tests.doubles.servers import ServerThread
 from tests.gateway.conftest import RunningGateway
 from tests.gateway.jobs_helpers import (
     AUTH,
+    JOBS,
     OTHER_TOKEN,
     TOKEN,
+    done_pages,
     jobs_config,
     numbered_pdf,
+    page_order,
     read_jsonl,
     result_pages,
     source_page,
     stored_inputs,
+    submit_pdf,
     wait_job,
+    write_pdf,
 )
 from tests.gateway.samples import png_bytes
 
@@ -43,8 +48,6 @@ from paddleocr._api_client.errors import (  # noqa: E402
     InvalidRequestError,
     JobFailedError,
 )
-
-JOBS = "/api/v2/ocr/jobs"
 
 
 @pytest.fixture
@@ -88,8 +91,7 @@ def test_official_client_uploads_a_pdf_split_over_instances(
     jobs_gateway: tuple[RunningGateway, DoubleFleet], tmp_path: Path
 ) -> None:
     gw, fleet = jobs_gateway
-    path = tmp_path / "doc.pdf"
-    path.write_bytes(numbered_pdf(22))
+    path = write_pdf(tmp_path / "doc.pdf", 22)
     with _official(gw) as client:
         result = client.parse_document(model="PaddleOCR-VL-1.5", file_path=str(path))
     assert [source_page(p.raw) for p in result.pages] == list(range(22))
@@ -199,11 +201,11 @@ def test_too_large_and_full_store(
         jobs={"max_disk_bytes": len(numbered_pdf(8)) * 3 // 2},
     )
     gw = start_gateway(config)
-    big = gw.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(40))})
+    big = submit_pdf(gw.client, 40)
     assert big.status_code == 413 and big.json()["code"] == 413
-    first = gw.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(8))})
+    first = submit_pdf(gw.client, 8)
     assert first.status_code == 200, first.text
-    full = gw.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(8))})
+    full = submit_pdf(gw.client, 8)
     assert full.status_code == 503 and full.headers["Retry-After"], full.text
     assert "jobs.max_disk_bytes" in full.json()["msg"]
 
@@ -237,7 +239,7 @@ def test_cancel_and_callback(
             fleet.urls, tmp_path / "jobs", job_store, input={"url_allow": ["127.0.0.1"]}
         )
         gw = start_gateway(config)
-        slow = gw.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(40))})
+        slow = submit_pdf(gw.client, 40)
         slow_id = slow.json()["data"]["jobId"]
         cancelled = gw.client.delete(f"{JOBS}/{slow_id}", headers=AUTH).json()["data"]
         assert cancelled["state"] == "failed" and "cancelled" in cancelled["errorMsg"]
@@ -267,7 +269,7 @@ def test_a_page_failing_everywhere_fails_the_job_naming_it(
         gw = start_gateway(config)
         for double in fleet:
             double.knobs.always_500 = True
-        answer = gw.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(2))})
+        answer = submit_pdf(gw.client, 2)
         data = wait_job(gw.client, answer.json()["data"]["jobId"])
     assert data["state"] == "failed"
     # the 2-page slice failed, then each page alone: the first page to fail everywhere is named
@@ -279,11 +281,9 @@ def test_a_failed_slice_is_retried_on_another_instance(
 ) -> None:
     gw, fleet = jobs_gateway
     fleet[0].knobs.fail_next = 3
-    answer = gw.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(16))})
-    data = wait_job(gw.client, answer.json()["data"]["jobId"])
-    assert data["state"] == "done", data
-    pages = result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
-    assert [source_page(p) for p in pages] == list(range(16))
+    answer = submit_pdf(gw.client, 16)
+    pages = done_pages(gw.client, answer.json()["data"]["jobId"])
+    assert page_order(pages) == list(range(16))
     assert json.dumps(pages)  # plain JSON all the way
 
 
@@ -291,8 +291,7 @@ def test_paddleocr_api_cli(
     jobs_gateway: tuple[RunningGateway, DoubleFleet], tmp_path: Path
 ) -> None:
     gw, _ = jobs_gateway
-    path = tmp_path / "doc.pdf"
-    path.write_bytes(numbered_pdf(6))
+    path = write_pdf(tmp_path / "doc.pdf", 6)
     out = tmp_path / "out.json"
     cli = shutil.which("paddleocr") or str(Path(sys.executable).with_name("paddleocr"))
     proc = subprocess.run(

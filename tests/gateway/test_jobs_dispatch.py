@@ -15,22 +15,23 @@ from types import SimpleNamespace
 from typing import Any
 
 from gateway.jobs.runner import JobRunner
-from gateway.jobs.store import Job, JobStore
+from gateway.jobs.store import JobStore
+from tests.gateway.jobs_helpers import pending_job
 from tests.gateway.test_pool import make_pool
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _job(job_id: str, tenant: str, created: float, pages: int) -> Job:
-    return Job(
-        job_id, None, tenant, "PaddleOCR-VL-1.5", "pending", "pdf", list(range(pages)), {},
-        None, None, created, None, None, 0,
-    )  # fmt: skip
+def _store_with(root: Path, *jobs: tuple[str, str, int]) -> JobStore:
+    """A store in ``root`` holding pending jobs ``(id, tenant, pages)``, created in that order."""
+    store = JobStore(root)
+    for number, (job_id, tenant, pages) in enumerate(jobs, 1):
+        store.create_job(pending_job(job_id, tenant, float(number), pages), b"%%PDF-%d" % number)
+    return store
 
 
 def test_pages_are_cut_when_leased_with_the_size_the_caller_picks(tmp_path: Path) -> None:
-    store = JobStore(tmp_path)
-    store.create_job(_job("j1", "a", 1.0, 40), b"%PDF-1")
+    store = _store_with(tmp_path, ("j1", "a", 40))
     calls: list[tuple[int, int, int, int]] = []
 
     def size(pages: int, left: int, waiting: int, claimed: int) -> int:
@@ -53,10 +54,7 @@ def test_pages_are_cut_when_leased_with_the_size_the_caller_picks(tmp_path: Path
 
 
 def test_slices_cut_at_lease_time_are_fair_among_tenants(tmp_path: Path) -> None:
-    store = JobStore(tmp_path)
-    store.create_job(_job("a1", "a", 1.0, 40), b"%PDF-1")
-    store.create_job(_job("a2", "a", 2.0, 40), b"%PDF-2")
-    store.create_job(_job("b1", "b", 3.0, 40), b"%PDF-3")
+    store = _store_with(tmp_path, ("a1", "a", 40), ("a2", "a", 40), ("b1", "b", 40))
     claims = store.claim_slices("p1", 30, 4, lambda pages, left, waiting, k: 8)
     # the tenant with the fewest slices running first, then the oldest job
     assert [(c.job.id, c.first) for c in claims] == [("a1", 0), ("b1", 0), ("a1", 8), ("b1", 8)]
@@ -68,10 +66,7 @@ def test_slices_cut_at_lease_time_are_fair_among_tenants(tmp_path: Path) -> None
 
 
 def test_one_renewal_keeps_every_lease_and_drops_cancelled_ones(tmp_path: Path) -> None:
-    store = JobStore(tmp_path)
-    store.create_job(_job("j1", "a", 1.0, 4), b"%PDF-1")
-    store.create_job(_job("j2", "a", 2.0, 4), b"%PDF-2")
-    store.create_job(_job("j3", "a", 3.0, 1), b"%PDF-3")
+    store = _store_with(tmp_path, ("j1", "a", 4), ("j2", "a", 4), ("j3", "a", 1))
     claims = store.claim_slices("p1", 30, 2)
     (done,) = store.claim_slices("p1", 30, 1)
     assert store.finish_slice(done, [{"n": 0}], "p1")
@@ -112,8 +107,8 @@ def _holder(root: Path, owner: str) -> subprocess.Popen[str]:
 def test_the_leases_of_a_killed_process_are_released_at_once(tmp_path: Path) -> None:
     store = JobStore(tmp_path)
     store.register_owner("me")
-    store.create_job(_job("j1", "a", 1.0, 1), b"%PDF-1")
-    store.create_job(_job("j2", "a", 2.0, 1), b"%PDF-2")
+    store.create_job(pending_job("j1", "a", 1.0, 1), b"%PDF-1")
+    store.create_job(pending_job("j2", "a", 2.0, 1), b"%PDF-2")
     alive, killed = _holder(tmp_path, "alive"), _holder(tmp_path, "killed")
     try:
         assert store.claim_slice("me", 30) is None  # both slices leased for 600 s

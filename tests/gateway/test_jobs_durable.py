@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -18,13 +16,11 @@ from gateway.keeper.server import KeeperApp, KeeperConfig, Upstreams
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 from tests.gateway.jobs_helpers import (
-    AUTH,
+    done_pages,
     jobs_config,
-    numbered_pdf,
-    read_jsonl,
-    result_pages,
-    source_page,
-    wait_job,
+    page_order,
+    submit_pdfs,
+    wait_part_extracted,
 )
 from tests.gateway.multiworker_helpers import GatewayProcess
 
@@ -61,16 +57,8 @@ def test_killed_gateway_resumes_the_job_on_restart(
         config = _write_config(tmp_path, fleet)
         first = GatewayProcess(config, tmp_path / "gw1.log", workers=None)
         processes.append(first)
-        answer = first.client.post(
-            "/api/v2/ocr/jobs", headers=AUTH, files={"file": ("d.pdf", numbered_pdf(36))}
-        )
-        job_id = answer.json()["data"]["jobId"]
-        # kill once some slices are done and others are not
-        for _ in range(600):
-            data = first.client.get(f"/api/v2/ocr/jobs/{job_id}", headers=AUTH).json()["data"]
-            if 0 < data["extractProgress"]["extractedPages"] < 36:
-                break
-            time.sleep(0.02)
+        (job_id,) = submit_pdfs([first.client], 36)
+        wait_part_extracted(first.client, job_id, 36)  # some slices done, others not
         first.kill()
         done_before = {
             f for f, state in _slices(tmp_path / "jobs", job_id).items() if state == "done"
@@ -83,15 +71,13 @@ def test_killed_gateway_resumes_the_job_on_restart(
 
         second = GatewayProcess(config, tmp_path / "gw2.log", workers=None)
         processes.append(second)
-        data = wait_job(second.client, job_id, limit_s=120)
-        assert data["state"] == "done", data
-        pages = result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
+        pages = done_pages(second.client, job_id, limit_s=120)
         redone = [
             str(r.body.get("logId"))
             for d, seen in zip(fleet, seen_before, strict=True)
             for r in d.layout_requests()[seen:]
         ]
-    assert [source_page(p) for p in pages] == list(range(36))
+    assert page_order(pages) == list(range(36))
     assert not {f"{job_id}-{f}" for f in done_before} & set(redone), "finished slices redone"
 
 
@@ -110,26 +96,19 @@ def test_with_keepers_a_kill_parses_no_page_twice(
             path.write_text(json.dumps(gateway))
             first = GatewayProcess(path, tmp_path / "gw1.log", workers=None)
             processes.append(first)
-            job_id = first.client.post(
-                "/api/v2/ocr/jobs", headers=AUTH, files={"file": ("d.pdf", numbered_pdf(36))}
-            ).json()["data"]["jobId"]
-            for _ in range(600):  # kill with slices done and slices running on instances
-                data = first.client.get(f"/api/v2/ocr/jobs/{job_id}", headers=AUTH).json()
-                if 0 < data["data"]["extractProgress"]["extractedPages"] < 24:
-                    break
-                time.sleep(0.02)
+            (job_id,) = submit_pdfs([first.client], 36)
+            # kill with slices done and slices running on instances
+            wait_part_extracted(first.client, job_id, 24)
             first.kill()
             running = httpx.get(keeper.url + "/health", trust_env=False).json()["running"]
             second = GatewayProcess(path, tmp_path / "gw2.log", workers=None)
             processes.append(second)
-            data = wait_job(second.client, job_id, limit_s=120)
-            assert data["state"] == "done", data
-            pages = result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
+            pages = done_pages(second.client, job_id, limit_s=120)
             stats = httpx.get(keeper.url + "/health", trust_env=False).json()
         finally:
             keeper.stop()
         log_ids = _log_ids(fleet)
-    assert [source_page(p) for p in pages] == list(range(36))
+    assert page_order(pages) == list(range(36))
     assert running > 0, "nothing was running at the kill: the test proves nothing"
     assert stats["calls_attached"] + stats["calls_kept"] + stats["calls_looked_up"] >= running
     assert len(log_ids) == len(set(log_ids)), f"a slice was parsed twice: {sorted(log_ids)}"
@@ -142,18 +121,9 @@ def test_two_processes_share_one_store(tmp_path: Path, processes: list[GatewayPr
         a = GatewayProcess(config, tmp_path / "a.log", workers=None)
         b = GatewayProcess(config, tmp_path / "b.log", workers=None)
         processes.extend([a, b])
-        ids = [
-            gw.client.post(
-                "/api/v2/ocr/jobs", headers=AUTH, files={"file": ("d.pdf", numbered_pdf(20))}
-            ).json()["data"]["jobId"]
-            for gw in (a, b, a)
-        ]
-        results: dict[str, Any] = {}
-        for job_id in ids:
-            data = wait_job(b.client, job_id, limit_s=120)
-            assert data["state"] == "done", data
-            results[job_id] = result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
+        ids = submit_pdfs([a.client, b.client, a.client], 20)
+        results = {job_id: done_pages(b.client, job_id, limit_s=120) for job_id in ids}
         log_ids = _log_ids(fleet)
     for pages in results.values():
-        assert [source_page(p) for p in pages] == list(range(20))
+        assert page_order(pages) == list(range(20))
     assert len(log_ids) == len(set(log_ids)), "a slice was done twice"

@@ -19,30 +19,24 @@ import pytest
 from doubles.postgres_server import PostgresServer
 from gateway.config.settings import ConfigError, parse_settings
 from gateway.jobs.postgres import MIGRATIONS, PostgresBackend
-from gateway.jobs.store import Job
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.gateway.conftest import RunningGateway
 from tests.gateway.jobs_helpers import (
     AUTH,
+    JOBS,
     TOKEN,
+    done_pages,
     jobs_config,
-    numbered_pdf,
-    read_jsonl,
-    result_pages,
+    page_order,
+    pending_job,
     source_page,
+    submit_pdf,
+    submit_pdfs,
     wait_job,
+    wait_part_extracted,
+    write_pdf,
 )
 from tests.gateway.multiworker_helpers import GatewayProcess
-
-JOBS = "/api/v2/ocr/jobs"
-
-
-def _job(job_id: str, tenant: str, created: float, pages: int) -> Job:
-    return Job(
-        id=job_id, batch_id=None, tenant=tenant, model="PaddleOCR-VL-1.5", state="pending",
-        kind="pdf", pages=list(range(pages)), options={}, callback_url=None, error=None,
-        created=created, started=None, finished=None, extracted=0,
-    )  # fmt: skip
 
 
 @contextlib.asynccontextmanager
@@ -107,7 +101,7 @@ def test_a_lease_keeps_a_slice_to_one_gateway_until_it_expires(
     async def race(a: PostgresBackend, b: PostgresBackend) -> None:
         now = time.time()
         for index in range(6):
-            await a.create_job(_job(f"j{index}", f"t{index % 2}", now + index, 40), b"%PDF")
+            await a.create_job(pending_job(f"j{index}", f"t{index % 2}", now + index, 40), b"%PDF")
         # 12 claimers, 6 per gateway, at once: every page in exactly one slice
         size: Callable[[int, int, int, int], int] = lambda pages, left, waiting, k: 3  # noqa: E731
         claims = await asyncio.gather(
@@ -123,7 +117,7 @@ def test_a_lease_keeps_a_slice_to_one_gateway_until_it_expires(
         for pages in seen.values():
             assert sorted(pages) == sorted(set(pages)), "a page leased twice"
         # a short lease held by A: B gets nothing while it holds
-        await a.create_job(_job("short", "t9", now - 100, 4), b"%PDF")
+        await a.create_job(pending_job("short", "t9", now - 100, 4), b"%PDF")
         (held,) = [c for c in await a.claim_slices("A", 1.5, 1) if c.job.id == "short"]
         assert [c for c in await b.claim_slices("B", 30, 100) if c.job.id == "short"] == []
         await asyncio.sleep(1.7)  # A stops renewing (a gateway lost): the lease expires
@@ -150,16 +144,9 @@ def test_two_gateways_share_jobs(
     with DoubleFleet(4, per_page_s=0.02) as fleet:
         a = start_gateway(jobs_config(fleet.urls, tmp_path / "a", shared_store))
         b = start_gateway(jobs_config(fleet.urls, tmp_path / "b", shared_store))
-        ids = [
-            a.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(24))})
-            .json()["data"]["jobId"]
-            for _ in range(3)
-        ]  # fmt: skip
+        ids = submit_pdfs([a.client] * 3, 24)
         for job_id in ids:
-            data = wait_job(b.client, job_id)
-            assert data["state"] == "done", data
-            pages = result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
-            assert [source_page(p) for p in pages] == list(range(24))
+            assert page_order(done_pages(b.client, job_id)) == list(range(24))
         with psycopg.connect(shared_store["store_url"]) as conn:
             row = conn.execute("SELECT COUNT(*) FROM slices").fetchone()
         assert row is not None and row[0] >= 3 * 24 // 4  # slices of at most 4 pages
@@ -185,16 +172,12 @@ def test_database_restart_mid_job_costs_503s_not_jobs(
     store = {"dir": None, "store_url": own_server.new_database(), "store_timeout_s": 1}
     with DoubleFleet(2, per_page_s=0.1) as fleet:
         gw = start_gateway(jobs_config(fleet.urls, tmp_path / "jobs", store))
-        ids = [
-            gw.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(16))})
-            .json()["data"]["jobId"]
-            for _ in range(3)
-        ]  # fmt: skip
+        ids = submit_pdfs([gw.client] * 3, 16)
         wait_job(gw.client, ids[0], states=("running",))
         own_server.stop()
         try:
             status = gw.client.get(f"{JOBS}/{ids[0]}", headers=AUTH)
-            submit = gw.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(2))})
+            submit = submit_pdf(gw.client, 2)
             for answer in (status, submit):
                 assert answer.status_code == 503, answer.text
                 assert answer.headers["Retry-After"] == "5"
@@ -208,10 +191,7 @@ def test_database_restart_mid_job_costs_503s_not_jobs(
             assert time.monotonic() - back < 30, "the store did not come back"
             time.sleep(0.2)
         for job_id in ids:
-            data = wait_job(gw.client, job_id, limit_s=90)
-            assert data["state"] == "done", data
-            pages = result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
-            assert [source_page(p) for p in pages] == list(range(16))
+            assert page_order(done_pages(gw.client, job_id, limit_s=90)) == list(range(16))
 
 
 def test_gateways_racing_for_assembly_assemble_once(postgres_server: PostgresServer) -> None:
@@ -224,7 +204,7 @@ def test_gateways_racing_for_assembly_assemble_once(postgres_server: PostgresSer
 
     async def race(a: PostgresBackend, b: PostgresBackend) -> None:
         for index in range(5):
-            await a.create_job(_job(f"j{index}", "t", float(index), 2), b"%PDF")
+            await a.create_job(pending_job(f"j{index}", "t", float(index), 2), b"%PDF")
         for claim in await a.claim_slices("A", 30, 10):
             assert await a.finish_slice(claim, [{"n": 0}, {"n": 1}], "A")
         got = await asyncio.gather(
@@ -242,8 +222,7 @@ def test_official_client_submits_through_one_gateway_and_waits_through_another(
 ) -> None:
     """The official ``paddleocr`` client (3.7.0) on two gateways sharing one PostgreSQL."""
     paddleocr = pytest.importorskip("paddleocr")
-    path = tmp_path / "doc.pdf"
-    path.write_bytes(numbered_pdf(12))
+    path = write_pdf(tmp_path / "doc.pdf", 12)
     with DoubleFleet(3, per_page_s=0.01) as fleet:
         a = start_gateway(jobs_config(fleet.urls, tmp_path / "a", shared_store))
         b = start_gateway(jobs_config(fleet.urls, tmp_path / "b", shared_store))
@@ -278,26 +257,15 @@ def test_a_gateway_killed_with_its_disk_lost_its_jobs_finish_through_another(
                 paths[-1].write_text(json.dumps(config))
             a = GatewayProcess(paths[0], tmp_path / "a.log", workers=1)
             started.append(a)
-            ids = [
-                a.client.post(JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(24))})
-                .json()["data"]["jobId"]
-                for _ in range(3)
-            ]  # fmt: skip
-            for _ in range(600):  # kill with pages done and pages not
-                data = a.client.get(f"{JOBS}/{ids[0]}", headers=AUTH).json()["data"]
-                if 0 < data["extractProgress"]["extractedPages"] < 24:
-                    break
-                time.sleep(0.02)
+            ids = submit_pdfs([a.client] * 3, 24)
+            data = wait_part_extracted(a.client, ids[0], 24)  # kill with pages done and not
             assert 0 < data["extractProgress"]["extractedPages"] < 24, data
             a.kill()
             shutil.rmtree(tmp_path / "a")  # its config and anything else it had on disk
             b = GatewayProcess(paths[1], tmp_path / "b.log", workers=1)
             started.append(b)
             for job_id in ids:
-                data = wait_job(b.client, job_id, limit_s=120)
-                assert data["state"] == "done", data
-                pages = result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
-                assert [source_page(p) for p in pages] == list(range(24))
+                assert page_order(done_pages(b.client, job_id, limit_s=120)) == list(range(24))
     finally:
         for gw in started:
             gw.stop()
@@ -323,17 +291,11 @@ def test_a_gateway_started_while_the_database_is_down_serves_and_takes_jobs_late
                 assert answer.status_code == 503 and answer.headers["Retry-After"] == "5"
             own_server.start()
             deadline = time.monotonic() + 30
-            while (
-                submitted := gw.client.post(
-                    JOBS, headers=AUTH, files={"file": ("d.pdf", numbered_pdf(6))}
-                )
-            ).status_code == 503:
+            while (submitted := submit_pdf(gw.client, 6)).status_code == 503:
                 assert time.monotonic() < deadline, submitted.text
                 time.sleep(0.2)
-            data = wait_job(gw.client, submitted.json()["data"]["jobId"])
-            assert data["state"] == "done", data
-            pages = result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
-            assert [source_page(p) for p in pages] == list(range(6))
+            pages = done_pages(gw.client, submitted.json()["data"]["jobId"])
+            assert page_order(pages) == list(range(6))
     finally:
         with contextlib.suppress(RuntimeError):
             own_server.start()  # (already started: pg_ctl says so, which is fine)

@@ -27,15 +27,7 @@ import pytest
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import bind_loopback
 from tests.gateway.conftest import gateway_config
-from tests.gateway.jobs_helpers import (
-    AUTH,
-    jobs_config,
-    numbered_pdf,
-    read_jsonl,
-    result_pages,
-    source_page,
-    wait_job,
-)
+from tests.gateway.jobs_helpers import done_pages, jobs_config, page_order, submit_pdfs
 from tests.gateway.jobs_helpers import sha as token_sha
 from tests.gateway.multiworker_helpers import ROOT, GatewayProcess, pid_alive
 from tests.gateway.samples import b64, png_bytes
@@ -216,21 +208,11 @@ def test_jobs_with_two_workers(tmp_path: Path) -> None:
             ids = []
             for _ in range(4):  # new connections: the submissions reach both workers
                 with httpx.Client(base_url=gw.url, timeout=30, trust_env=False) as client:
-                    answer = client.post(
-                        "/api/v2/ocr/jobs",
-                        headers=AUTH,
-                        files={"file": ("d.pdf", numbered_pdf(24))},
-                    )
-                    assert answer.status_code == 200, answer.text
-                    ids.append(answer.json()["data"]["jobId"])
-            results = {}
-            for job_id in ids:
-                data = wait_job(gw.client, job_id, limit_s=120)
-                assert data["state"] == "done", data
-                results[job_id] = result_pages(read_jsonl(data["resultUrl"]["jsonUrl"]))
+                    ids += submit_pdfs([client], 24)
+            results = {job_id: done_pages(gw.client, job_id, limit_s=120) for job_id in ids}
     log_ids = [str(r.body.get("logId")) for d in fleet for r in d.layout_requests()]
     for pages in results.values():
-        assert [source_page(p) for p in pages] == list(range(24))
+        assert page_order(pages) == list(range(24))
     assert len(log_ids) == len(set(log_ids)), "a slice was sent twice"
     assert [d.stats.max_pending for d in fleet] == [1, 1, 1]
 

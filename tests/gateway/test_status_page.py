@@ -3,7 +3,6 @@ across sites, the state document, and the page itself in headless Chromium."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,10 @@ from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
 from tests.gateway.conftest import gateway_config
 from tests.gateway.jobs_helpers import sha
+from tests.monitoring.status_page import log_in, save_screenshot, seconds_until_unhealthy
 
 ADMIN = "status-admin-secret"
 USER = "team-a-secret"
-ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", "/tmp/paddleocr-fleet-artifacts"))
 
 
 def status_config(fleet: DoubleFleet, vllm_url: str, tmp_path: Path) -> dict[str, Any]:
@@ -144,9 +143,7 @@ def test_the_page_in_headless_chromium(start_gateway, vllm_url, tmp_path) -> Non
         page.goto(f"{gw.url}/status")
         page.wait_for("!!document.querySelector('form[action=\"/status/login\"]')")
         assert page.eval("fetch('/status/api/state').then(r => r.status)") == 401
-        page.eval(f"document.getElementById('token').value = {ADMIN!r}")
-        page.eval("document.getElementById('login').click(), true")
-        page.wait_for("document.body.dataset.loaded === '1'")
+        log_in(page, ADMIN)
         assert page.eval("document.cookie") == ""  # HttpOnly: no script reads the session
         chips = "[...document.querySelectorAll('.chip.paddlex')].map(c => c.dataset.state)"
         page.wait_for(f"{chips}.length === 4 && {chips}.every(s => s === 'healthy')")
@@ -154,15 +151,8 @@ def test_the_page_in_headless_chromium(start_gateway, vllm_url, tmp_path) -> Non
         page.wait_for("document.querySelector('.chip.vllm').dataset.state === 'healthy'")
 
         fleet[1].stop()
-        started = time.monotonic()
-        page.wait_for(
-            f"document.querySelector('.chip.paddlex[data-url=\"{fleet.urls[1]}\"]')"
-            ".dataset.state !== 'healthy'",
-            timeout=10,
-        )
-        turned = time.monotonic() - started
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shot = page.screenshot(ARTIFACTS / "status-page-doubles.png")
+        turned = seconds_until_unhealthy(page, fleet.urls[1], timeout=10)
+        shot = save_screenshot(page, "status-page-doubles.png")
         assert shot.stat().st_size > 10_000 and turned < 10
 
 
@@ -203,10 +193,7 @@ def test_ten_hosts_of_eight_cards_stay_fast(start_gateway, tmp_path) -> None:
     with Browser() as browser:
         page = browser.new_page()
         page.goto(f"{gw.url}/status")
-        page.wait_for("!!document.getElementById('token')")
-        page.eval(f"document.getElementById('token').value = {ADMIN!r}")
-        page.eval("document.getElementById('login').click(), true")
-        page.wait_for("document.body.dataset.loaded === '1'")
+        log_in(page, ADMIN)
         assert page.eval("document.querySelectorAll('.chip.paddlex').length") == 480
         assert page.eval("document.querySelectorAll('.host').length") == 10
         draw_ms = page.eval(

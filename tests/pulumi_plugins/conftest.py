@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,6 +75,18 @@ class PulumiEnv:
             capture_output=True,
             text=True,
             timeout=timeout,
+        )
+
+    def start(self, args: Sequence[str], cwd: Path, **popen: Any) -> subprocess.Popen[str]:
+        """`pulumi ARGS` in `cwd` started, not waited for: for the tests that interrupt or kill
+        it mid-run. `popen` (stdout, start_new_session, ...) goes to :class:`subprocess.Popen`."""
+        return subprocess.Popen(
+            [str(self.cli), *args],
+            cwd=cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            **popen,
         )
 
     def wrapper(self, name: str, *python_args: str) -> Path:

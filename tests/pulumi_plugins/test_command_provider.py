@@ -644,14 +644,8 @@ def test_interrupting_pulumi_ends_a_running_command(cli: PulumiEnv) -> None:
         "from pulumi_command import local\n"
         f'local.Command("slow", create="sleep 120 & echo $! > {pid_file}; wait")\n'
     )
-    process = subprocess.Popen(
-        [str(cli.cli), "up", "--yes", "--skip-preview"],
-        cwd=project,
-        env=cli.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    process = cli.start(
+        ["up", "--yes", "--skip-preview"], project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     try:
         wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=120)

@@ -126,11 +126,9 @@ def test_kill_9_of_pulumi_leaves_no_plugin_behind(pulumi_env: PulumiEnv, tmp_pat
         f'{pid_file}; wait", opts=__import__("pulumi").ResourceOptions(depends_on=[host]))\n',
     )
     assert pulumi_env.run(["stack", "init", "dev"], cwd=project).returncode == 0
-    cli = subprocess.Popen(
-        [str(pulumi_env.cli), "up", "--yes", "--skip-preview"],
-        cwd=project,
-        env=pulumi_env.env,
-        stdin=subprocess.DEVNULL,
+    cli = pulumi_env.start(
+        ["up", "--yes", "--skip-preview"],
+        project,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
