@@ -35,7 +35,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -60,6 +59,7 @@ from bench.minihttp import MiniClient
 from bench.procs import (
     FleetProc,
     GatewayProc,
+    environment,
     free_port,
     gateway_config,
     start_fleet,
@@ -339,20 +339,6 @@ def targets(results: dict) -> dict:
     return out
 
 
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def _haproxy_version() -> str | None:
     binary = haproxy_binary()
     if binary is None:
@@ -491,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     if haproxy_binary() is None:
         ap.error("haproxy is not installed: apt-get install haproxy")
     out = Path(args.out) if args.out else RESULTS_DIR / f"hierarchy-{name}.json"
-    with _environment(GATEWAY_WORKERS=GATEWAY_WORKERS):  # every `python -m gateway` reads it
+    with environment(GATEWAY_WORKERS=GATEWAY_WORKERS):  # every `python -m gateway` reads it
         results = asyncio.run(run(prof, out))
     results["meta"]["profile_settings"] = asdict(prof)["base"] | {"hosts": prof.hosts}
     out.write_text(json.dumps(results, indent=1))

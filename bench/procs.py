@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,6 +181,22 @@ def gateway_env(src: Path | None) -> dict[str, str]:
     if src is not None:
         env["PYTHONPATH"] = str(src)
     return env
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """``values`` in ``os.environ`` for the processes started meanwhile (``GATEWAY_WORKERS``
+    for every ``python -m gateway``), the previous environment restored afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def gateway_import_error(src: Path) -> str | None:
