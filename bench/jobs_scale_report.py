@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.common import pyplot, save_figure
 from bench.jobs_docs import page_of
 from bench.loadgen import percentile
 from bench.report import Table
@@ -219,10 +220,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any], out: Path) -> None:
     """Backlog and pages/s, gateway RSS, and probe latencies over the window, per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     cap = result["capacity"]["pages_per_s"]
@@ -257,7 +255,4 @@ def plot(result: dict[str, Any], out: Path) -> None:
         ax.set_xlabel("s from the first submit")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    save_figure(fig, out, dpi=100)
