@@ -25,7 +25,6 @@ table in docs/benchmarks.md).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import datetime as dt
@@ -40,6 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench.common import parser, profile_name
 from bench.jobs_report import markdown, targets
 from bench.jobs_scenarios import (
     ADMIN_TOKEN,
@@ -267,10 +267,7 @@ async def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    group = ap.add_mutually_exclusive_group()
-    group.add_argument("--quick", action="store_true")
-    group.add_argument("--smoke", action="store_true")
+    ap = parser("jobs", __doc__, quick="shorter windows", smoke="seconds (tests/bench)")
     ap.add_argument(
         "--slow", action="store_true", help="3 slow instances (3x, 4x, 5x) as in bench.balancing"
     )
@@ -293,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.workers is not None:
         os.environ["GATEWAY_WORKERS"] = str(args.workers)  # read by python -m gateway
-    prof = PROFILES["quick" if args.quick else "smoke" if args.smoke else "default"]
+    prof = PROFILES[profile_name(args, "quick", "smoke")]
     if args.slow:
         prof = replace(
             prof, name=prof.name + "-slow", fleet=replace(prof.fleet, slow_factors=(3.0, 4.0, 5.0))

@@ -29,7 +29,6 @@ table in docs/benchmarks.md) and, with ``--plot``, ``docs/img/jobs_scale.png``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import datetime as dt
@@ -38,19 +37,20 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.common import parser, profile_name
 from bench.jobs import BacklogProfile, Stack, processes, result_of, sigterm_unwinds, write_results
 from bench.jobs_docs import numbered_pdf
 from bench.jobs_scale_report import markdown, plot, summarize, targets
 from bench.jobs_scenarios import ADMIN_TOKEN, capacities, jobs_client, submit
-from bench.procs import REPO, GatewayProc, snapshot_gateway, tmpdir
+from bench.procs import REPO, FleetProc, GatewayProc, snapshot_gateway, tmpdir
 from bench.procstat import CpuMeter, rss_bytes
+from bench.proxies import snapshot_rev
 from bench.workload import FleetSpec
 from fleetctl import jobclient
 from fleetctl.client import OcrError
@@ -185,14 +185,13 @@ class Run:
             if tasks:
                 await asyncio.wait(tasks, timeout=30)
 
-    async def sample(self, fleet: Any, gateway: GatewayProc, until: float) -> None:
+    async def sample(self, fleet: FleetProc, gateway: GatewayProc, until: float) -> None:
         """Every second: pages done, the gateway's memory; every 5 s the store on disk."""
         tick = 0
         while (at := self.now()) < until:
-            stats = await fleet.stats()
             point = {
                 "t": round(at, 3),
-                "pages": sum(s["pages"] for s in stats),
+                "pages": await fleet.pages(),
                 "submitted_jobs": len(self.ids) + len(self.late_jobs),
                 "rss": rss_bytes(gateway.proc.pid),
             }
@@ -221,7 +220,7 @@ class Run:
         """``kill -9`` with the backlog in the store; seconds until served and parsing again."""
         os.killpg(gateway.proc.pid, signal.SIGKILL)
         gateway.proc.wait()
-        await stack.fleet.admin("/_admin/log", {"clear": True})
+        await stack.fleet.log()
         killed = time.time()
         started = time.monotonic()
         new = await stack.start_gateway(cfg, "restarted", timeout_s=120)
@@ -237,7 +236,7 @@ class Run:
                 except OcrError:
                     await asyncio.sleep(0.05)
             await asyncio.sleep(max(0.0, self.prof.restart_watch_s - (time.monotonic() - started)))
-        log = (await stack.fleet.admin("/_admin/log", {"clear": False}))["log"]
+        log = await stack.fleet.log(clear=False)
         # a parse begun after the kill was sent by the restarted gateway (none was queued:
         # the old one's requests went with its connections)
         starts = sorted(e["start"] - killed for e in log if e["start"] > killed)
@@ -260,7 +259,7 @@ async def measure(prof: ScaleProfile, src: Path, keep: bool) -> dict[str, Any]:
         gateway = await stack.start_gateway(cfg, "scale")
         url = f"http://127.0.0.1:{gateway.port}"
         run = Run(prof, stack.workdir)
-        await fleet.admin("/_admin/log", {"clear": True})
+        await fleet.log()
         meter = CpuMeter(
             {"gateway": gateway.proc.pid, "fleet": fleet.proc.pid, "keeper": keeper.proc.pid,
              "loadgen": os.getpid()}
@@ -271,7 +270,7 @@ async def measure(prof: ScaleProfile, src: Path, keep: bool) -> dict[str, Any]:
             run.bulk_submit(url), run.probes(url, end), run.sample(fleet, gateway, end)
         )
         cpu = meter.read()
-        log = (await fleet.admin("/_admin/log", {"clear": True}))["log"]
+        log = await fleet.log()
         late = await run.late_done(url)
         disk = await asyncio.to_thread(disk_bytes, run.jobs_dir)
         restart = await run.restart(gateway, cfg, stack)
@@ -296,20 +295,8 @@ async def measure(prof: ScaleProfile, src: Path, keep: bool) -> dict[str, Any]:
         )
 
 
-def export_revision(rev: str, workdir: Path) -> Path:
-    """``gateway/`` as of git revision ``rev``, in ``workdir/src-<rev>`` (for --compare)."""
-    dest = workdir / f"src-{rev.replace('/', '_')}"
-    dest.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "archive", rev, "gateway"], cwd=REPO, check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--smoke", action="store_true")
+    ap = parser("jobs_scale", __doc__, smoke="seconds (tests/bench)")
     ap.add_argument("--compare", metavar="REV", help="first run the gateway/ of git revision REV")
     ap.add_argument("--window", type=float, default=None, help="drain window (s)")
     ap.add_argument("--jobs", type=int, default=None)
@@ -317,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, nargs="?", const=REPO / "docs/img/jobs_scale.png")
     ap.add_argument("--keep-logs", action="store_true")
     args = ap.parse_args(argv)
-    prof = PROFILES["smoke" if args.smoke else "default"]
+    prof = PROFILES[profile_name(args, "smoke")]
     if args.window is not None:
         prof = replace(prof, window_s=args.window)
     if args.jobs is not None:
@@ -328,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         with sigterm_unwinds():
             sources = {"this": snapshot_gateway(srcdir)}
             if args.compare:
-                sources = {args.compare: export_revision(args.compare, srcdir), **sources}
+                sources = {args.compare: snapshot_rev(srcdir / "compare", args.compare), **sources}
             runs: dict[str, Any] = {}
             for label, src in sources.items():
                 print(f"-- gateway {label}", file=sys.stderr, flush=True)

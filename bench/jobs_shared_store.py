@@ -37,7 +37,6 @@ Results: ``bench/results/jobs-shared-store-<profile>.json`` and the markdown pri
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import datetime as dt
@@ -52,6 +51,7 @@ from typing import Any
 import psutil
 import psycopg
 
+from bench.common import parser, profile_name
 from bench.jobs import BacklogProfile, Stack, processes, result_of, sigterm_unwinds, write_results
 from bench.jobs_docs import numbered_pdf
 from bench.jobs_scenarios import ADMIN_TOKEN, check_all, jobs_client, submit_all, wait_batch
@@ -152,10 +152,6 @@ def store_cost(
     }
 
 
-async def fleet_pages(stack: Stack) -> int:
-    return sum(s["pages"] for s in await stack.fleet.stats())
-
-
 async def scenario(
     prof: SharedProfile, stack: Stack, server: PostgresServer | None, gateways: int, label: str
 ) -> dict[str, Any]:
@@ -184,7 +180,7 @@ async def scenario(
         out["store_cost"] = store_cost(
             before, after, backends_s, out["cpu_s"]["store"], out["pages"]
         )
-    log = (await stack.fleet.admin("/_admin/log", {"clear": True}))["log"]
+    log = await stack.fleet.log()
     out["pages_by_gateway"] = [
         sum(len(e["pages"]) for e in log if part.start <= e["instance"] < part.stop)
         for part in parts
@@ -226,7 +222,7 @@ async def drain(
     total_pages = prof.jobs * prof.doc_pages
     pdfs = {j: numbered_pdf(j, prof.doc_pages) for j in range(prof.jobs)}
     doc_of: dict[str, int] = {}
-    await stack.fleet.admin("/_admin/log", {"clear": True})
+    await stack.fleet.log()
     pg_pid = postmaster_pid(server) if server is not None else None
     backends0 = backend_cpu(pg_pid) if pg_pid else {}
     cpu0 = {
@@ -234,7 +230,7 @@ async def drain(
         "gateways": sum(tree_cpu_s(g.proc.pid) for g in gateways),
     }
     machine = MachineMeter()
-    pages0 = await fleet_pages(stack)
+    pages0 = await stack.fleet.pages()
     t0 = time.monotonic()
     timeline: list[tuple[float, int]] = []
 
@@ -250,7 +246,7 @@ async def drain(
 
     async def sample(done: asyncio.Event) -> None:
         while not done.is_set():
-            timeline.append((time.monotonic() - t0, await fleet_pages(stack) - pages0))
+            timeline.append((time.monotonic() - t0, await stack.fleet.pages() - pages0))
             await asyncio.sleep(0.25)
 
     finished = asyncio.Event()
@@ -269,7 +265,7 @@ async def drain(
         backends = backend_cpu(pg_pid) if pg_pid else {}
         finished.set()
         await sampler
-        timeline.append((drained_s, await fleet_pages(stack) - pages0))
+        timeline.append((drained_s, await stack.fleet.pages() - pages0))
         check = await check_all(admin, jobs, doc_of, prof.doc_pages)
     pages = timeline[-1][1]
     return {
@@ -369,12 +365,11 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--smoke", action="store_true")
+    ap = parser("jobs_shared_store", __doc__, smoke="seconds (tests/bench)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--keep-logs", action="store_true")
     args = ap.parse_args(argv)
-    prof = PROFILES["smoke" if args.smoke else "default"]
+    prof = PROFILES[profile_name(args, "smoke")]
     started = dt.datetime.now(dt.UTC)
     with sigterm_unwinds(), environment(GATEWAY_WORKERS="1"):  # read by python -m gateway
         measured = asyncio.run(measure(prof, args.keep_logs))
