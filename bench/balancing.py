@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import log, parser, profile_name, run_meta
+from bench.common import log, parser, profile_name, run_meta, write_json
 from bench.ideal import LiveIdeal, simulate_ideal
 from bench.loadgen import (
     Outcome,
@@ -610,8 +610,7 @@ async def run(
         results["targets"] = targets(results, default)
         results["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
         if out_path is not None:
-            out_path.parent.mkdir(parents=True, exist_ok=True)
-            out_path.write_text(json.dumps(results, indent=1))
+            write_json(out_path, results)
 
     fleet = start_fleet(prof.fleet)
     try:

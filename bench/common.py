@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform
 import sys
@@ -59,6 +60,12 @@ def run_meta(profile: str, **extra: Any) -> dict[str, Any]:
         "python": platform.python_version(),
         **extra,
     }
+
+
+def write_json(path: Path, data: Any) -> None:
+    """A results file: ``data`` as indented JSON in ``path``, its folder made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def log(msg: str) -> None:

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import parser, profile_name
+from bench.common import parser, profile_name, write_json
 from bench.jobs_report import markdown, targets
 from bench.jobs_scenarios import (
     ADMIN_TOKEN,
@@ -229,8 +229,7 @@ def result_of(
 
 def write_results(result: dict[str, Any], out: Path, table: str) -> None:
     """The result as JSON in ``out``, its markdown table on stdout, where it went on stderr."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(out, result)
     print(table)
     print(f"results: {out}", file=sys.stderr)
 

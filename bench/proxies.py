@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.procs import free_port, launch_gateway, log_tail, spawn, stop_group
+from bench.procs import free_port, launch_gateway, log_tail, snapshot_gateway, spawn, stop_group
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -282,7 +282,10 @@ def start_gateway(
 
 
 def snapshot_rev(workdir: Path, rev: str) -> Path:
-    """``gateway/`` as of the git revision ``rev``, in ``workdir/src`` (as snapshot_gateway)."""
+    """``gateway/`` as of the git revision ``rev``, in ``workdir/src`` (as snapshot_gateway);
+    the working tree's for ``rev`` ""."""
+    if not rev:
+        return snapshot_gateway(workdir)
     r = subprocess.run(
         ["git", "-C", str(REPO), "archive", rev, "gateway"], capture_output=True, timeout=60
     )

@@ -35,9 +35,9 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from bench.common import log, parser, path_or_none, profile_name, run_meta
+from bench.common import log, parser, path_or_none, profile_name, run_meta, write_json
 from bench.cpu_cell import ROUTES, Endpoint, WindowSpec, run_cell
-from bench.procs import gateway_config, gateway_import_error, snapshot_gateway, start_fleet
+from bench.procs import gateway_config, gateway_import_error, start_fleet
 from bench.procstat import tree
 from bench.proxies import (
     ProxyProc,
@@ -173,7 +173,7 @@ def run(prof: Profile, keep_logs: bool = False) -> dict:
     t_start = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="bench-proxy-cpu-"))
     rev = prof.gateway_rev
-    src = snapshot_rev(workdir, rev) if rev else snapshot_gateway(workdir)
+    src = snapshot_rev(workdir, rev)
     err = gateway_import_error(src)
     if err:
         raise SystemExit(f"gateway/ does not import: {err}")
@@ -340,8 +340,7 @@ def publish(results: dict, out: Path | None, docs: Path | None, img_dir: Path | 
     from bench.proxy_cpu_report import build_report, print_report, update_docs
 
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=1) + "\n")
+        write_json(out, results)
         log(f"results written to {out}")
     report = build_report(results)
     print_report(report)

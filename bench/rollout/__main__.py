@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import parser
+from bench.common import parser, write_json
 from bench.rollout.fleet import ALL_AT_ONCE, SCENARIOS, BenchFleet, Shape
 from bench.rollout.measure import measure
 from bench.rollout.report import markdown, plot_capacity, update_docs
@@ -156,8 +156,7 @@ def _line(r: dict[str, Any]) -> str:
 
 def _write(results: dict[str, Any], out: Path | None) -> None:
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=1) + "\n")
+        write_json(out, results)
 
 
 def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
