@@ -57,6 +57,7 @@ from bench.common import (
     run_meta,
     save_figure,
     unavailable,
+    write_json,
 )
 from bench.ideal import simulate_ideal
 from bench.loadgen import Sample, gateway_sender, ocr_bodies, summarize
@@ -297,8 +298,7 @@ async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
             results["targets"] = targets(results)
             results["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
             if out_path is not None:
-                out_path.parent.mkdir(parents=True, exist_ok=True)
-                out_path.write_text(json.dumps(results, indent=1))
+                write_json(out_path, results)
     finally:
         fleet.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -344,7 +344,7 @@ def build_report(results: dict) -> Report:
         ("load", *ROWS.values(), "hierarchy / ideal", f"<= {TARGET}x"),
         ("left",) + ("right",) * (len(ROWS) + 1) + ("left",),
     )
-    p50 = Table("p50 latency by load", ("load", *ROWS.values()), ("left",) + ("right",) * len(ROWS))
+    p50 = Table("p50 latency by load", ("load", *ROWS.values()))
     detail = Table(
         "The hierarchy's runs",
         ("load", "p95", "throughput", "errors", "unfinished", "host share", "CPU cores", "machine"),
@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     with environment(GATEWAY_WORKERS=GATEWAY_WORKERS):  # every `python -m gateway` reads it
         results = asyncio.run(run(prof, out))
     results["meta"]["profile_settings"] = asdict(prof)["base"] | {"hosts": prof.hosts}
-    out.write_text(json.dumps(results, indent=1))
+    write_json(out, results)
     log(f"results written to {out}")
     plot_path = path_or_none(args.plot, None if name == "smoke" else PLOT)
     if plot_path is not None:

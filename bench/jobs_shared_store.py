@@ -225,10 +225,13 @@ async def drain(
     await stack.fleet.log()
     pg_pid = postmaster_pid(server) if server is not None else None
     backends0 = backend_cpu(pg_pid) if pg_pid else {}
-    cpu0 = {
-        "store": tree_cpu_s(pg_pid) if pg_pid else 0.0,
-        "gateways": sum(tree_cpu_s(g.proc.pid) for g in gateways),
-    }
+
+    def cpu_so_far() -> dict[str, float]:
+        """CPU seconds so far of the PostgreSQL server's tree and of the gateways'."""
+        store = tree_cpu_s(pg_pid) if pg_pid else 0.0
+        return {"store": store, "gateways": sum(tree_cpu_s(g.proc.pid) for g in gateways)}
+
+    cpu0 = cpu_so_far()
     machine = MachineMeter()
     pages0 = await stack.fleet.pages()
     t0 = time.monotonic()
@@ -257,10 +260,7 @@ async def drain(
         left_s = prof.limit_s - (time.monotonic() - t0)
         jobs = await wait_batch(admin, batch, prof.jobs, left_s, prof.poll_s)
         drained_s = time.monotonic() - t0
-        cpu = {
-            "store": (tree_cpu_s(pg_pid) if pg_pid else 0.0) - cpu0["store"],
-            "gateways": sum(tree_cpu_s(g.proc.pid) for g in gateways) - cpu0["gateways"],
-        }
+        cpu = {k: v - cpu0[k] for k, v in cpu_so_far().items()}
         busy = machine.read()
         backends = backend_cpu(pg_pid) if pg_pid else {}
         finished.set()
@@ -325,7 +325,6 @@ def markdown(result: dict[str, Any]) -> str:
         ("scenario", "pages/s draining", "of capacity", "drain (s)", "jobs whole",
          "pages per gateway", "idle between slices p50 / p90 (ms)",
          "store CPU ms/page", "gateways CPU ms/page", "machine busy (cores)"),
-        ("left", *("right",) * 9),
     )  # fmt: skip
     names = {"sqlite": "1 gateway, SQLite", "postgres-1": "1 gateway, PostgreSQL",
              "postgres-2": "2 gateways, one PostgreSQL"}  # fmt: skip
@@ -348,7 +347,6 @@ def markdown(result: dict[str, Any]) -> str:
         "the PostgreSQL store's cost per page",
         ("scenario", "transactions", "rows written", "WAL bytes", "backends CPU ms",
          "background CPU ms", "database at the end (MB)"),
-        ("left", *("right",) * 6),
     )  # fmt: skip
     for label, s in result["scenarios"].items():
         if (c := s.get("store_cost")) is not None:

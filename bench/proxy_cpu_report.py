@@ -174,7 +174,6 @@ def _cpu_table(results: Results) -> Table:
     t = Table(
         "CPU per request (ms): nginx against the gateway",
         ("document", "c", *names),
-        ("left", *["right"] * (len(names) + 1)),
         note="CPU of the whole process tree (nginx: master and workers; the gateway: every "
         "process) over the window, divided by the requests that reached the upstreams.",
     )
@@ -209,7 +208,6 @@ def _grid_table(
     t = Table(
         title,
         ("document", "c", *(label for label, _, _ in cols)),
-        ("left", *["right"] * (len(cols) + 1)),
         note=note,
     )
     for size, conc in _grid(results):
