@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.common import pyplot, save_figure
 from bench.jobs_docs import page_of
+from bench.jobs_report import target, verdict
 from bench.loadgen import percentile
 from bench.report import Table
 
@@ -168,24 +169,16 @@ def summarize(prof: Any, capacity: dict[str, float], raw: dict[str, Any]) -> dic
 
 def targets(s: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each target of issue 24 item 3: the measured value, the bound and whether it holds."""
-
-    def check(value: float | None, bound: str, ok: bool) -> dict[str, Any]:
-        return {"value": value, "bound": bound, "ok": value is not None and ok}
-
     submit, status = s["submit_drain"]["p99_ms"], s["status_drain"]["p99_ms"]
     served, ratio = s["restart"]["status_served_s"], s["ratio_drain"]
     jain = s["fairness_drain"]["jain"]
     return {
-        "submit_p99_ms": check(submit, "< 50", submit is not None and submit < 50),
-        "status_p99_ms": check(status, "< 10", status is not None and status < 10),
-        "restart_served_s": check(served, "<= 10", served is not None and served <= 10),
-        "pages_ratio": check(ratio, ">= 0.95", ratio is not None and ratio >= 0.95),
-        "fairness_jain": check(jain, ">= 0.95", jain is not None and jain >= 0.95),
+        "submit_p99_ms": target(submit, "< 50", submit is not None and submit < 50),
+        "status_p99_ms": target(status, "< 10", status is not None and status < 10),
+        "restart_served_s": target(served, "<= 10", served is not None and served <= 10),
+        "pages_ratio": target(ratio, ">= 0.95", ratio is not None and ratio >= 0.95),
+        "fairness_jain": target(jain, ">= 0.95", jain is not None and jain >= 0.95),
     }
-
-
-def _ok(flag: bool) -> str:
-    return "pass" if flag else "FAIL"
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -208,9 +201,9 @@ def markdown(result: dict[str, Any]) -> str:
         cells = []
         for x in labels:
             s = runs[x]["summary"]
-            target = {k: f"{v['value']} ({_ok(v['ok'])})" for k, v in result["targets"][x].items()}
+            met = {k: f"{v['value']} ({verdict(v['ok'])})" for k, v in result["targets"][x].items()}
             cores = " / ".join(f"{s['cpu_cores'].get(k, 0):.2f}" for k in CPU_PARTS)
-            cells.append(template.format(**s, target=target, cores=cores))
+            cells.append(template.format(**s, target=met, cores=cores))
         table.add(name, *cells, bound)
 
     for name, template, bound in ROWS:
