@@ -32,9 +32,10 @@ def parser(module: str, doc: str | None, **profiles: str) -> argparse.ArgumentPa
         description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    group = ap.add_mutually_exclusive_group()
-    for name, text in profiles.items():
-        group.add_argument(f"--{name}", action="store_true", help=text)
+    if profiles:  # argparse cannot print the usage of an empty group
+        group = ap.add_mutually_exclusive_group()
+        for name, text in profiles.items():
+            group.add_argument(f"--{name}", action="store_true", help=text)
     return ap
 
 
