@@ -30,7 +30,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import signal
 import sys
@@ -39,7 +38,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import parser, profile_name, write_json
+from bench.common import parser, profile_name, run_meta, write_json
 from bench.jobs_report import markdown, targets
 from bench.jobs_scenarios import (
     ADMIN_TOKEN,
@@ -201,26 +200,14 @@ def sigterm_unwinds() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def meta(profile: str, started: dt.datetime, **extra: Any) -> dict[str, Any]:
-    """The ``meta`` of a result: the profile, when, and the machine."""
-    return {
-        "profile": profile,
-        "started": started.isoformat(timespec="seconds"),
-        "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        **extra,
-    }
-
-
 def result_of(
     prof: Any, started: dt.datetime, jobs_prof: Profile, meta_extra: dict[str, Any], **parts: Any
 ) -> dict[str, Any]:
-    """A run's result: its ``meta``, its profile (the fleet as a dict), the fleet's capacity
-    under ``jobs_prof`` and what it measured (``parts``)."""
+    """A run's result: its ``meta`` (:func:`bench.common.run_meta` and when it started), its
+    profile (the fleet as a dict), the fleet's capacity under ``jobs_prof`` and what it
+    measured (``parts``)."""
     return {
-        "meta": meta(prof.name, started, **meta_extra),
+        "meta": run_meta(prof.name, started=started.isoformat(timespec="seconds"), **meta_extra),
         "profile": {**asdict(prof), "fleet": prof.fleet.to_dict()},
         "capacity": capacities(jobs_prof),
         **parts,
