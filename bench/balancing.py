@@ -18,26 +18,29 @@ Results: printed tables and ``bench/results/<profile>.json``; see docs/benchmark
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import datetime as dt
+import functools
+import itertools
 import json
 import os
-import platform
 import random
 import re
 import shutil
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from bench.common import log, parser, profile_name, run_meta, write_json
 from bench.ideal import LiveIdeal, simulate_ideal
 from bench.loadgen import (
     Outcome,
+    Sender,
     gateway_sender,
     layout_bodies,
     ocr_bodies,
@@ -58,7 +61,7 @@ from bench.procs import (
 )
 from bench.procstat import CpuMeter
 from bench.report import build_report, fmt_percentile, print_console
-from bench.workload import FleetSpec, make_workload, png_b64
+from bench.workload import FleetSpec, Workload, make_workload, png_b64
 
 ALL_POLICIES = ("round_robin", "random", "least_inflight", "p2c", "queue")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -121,9 +124,6 @@ PROFILES = {
     "quick": Profile(
         "quick",
         duration_s=8.0,
-        warmup_s=2.0,
-        drain_s=5.0,
-        kill_modes=("refuse", "hang"),
         kill_duration_s=12.0,
         kill_at_s=4.0,
         kill_drain_s=6.0,
@@ -154,7 +154,6 @@ PROFILES = {
         duration_s=1.2,
         warmup_s=0.2,
         drain_s=1.0,
-        live_ideal_loads=(0.85,),
         kill_modes=("refuse",),
         kill_load=0.5,
         kill_fraction=0.25,
@@ -170,53 +169,77 @@ PROFILES = {
 }
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
 # ------------------------------------------------------------------------------ scenario 1
 
 
-async def run_gateway_open_loop(
+async def open_loop(
+    send: Sender,
+    workload: Workload,
     fleet: FleetProc,
-    policy: str,
-    workload,
-    prof: Profile,
-    workdir: Path,
-    tag: str,
-    duration_s: float,
+    pids: dict[str, int],
     warmup_s: float,
     drain_s: float,
     events: dict | None = None,
 ) -> tuple[dict, list]:
-    cfg = gateway_config(fleet.urls, policy, prof.gateway_extra)
-    gw = await start_gateway(cfg, workdir, tag, src=GATEWAY_SRC.get("src"))
-    client = MiniClient("127.0.0.1", gw.port)
+    """The open-loop ``workload`` through ``send``: the summary of the requests sent after
+    ``warmup_s`` with the CPU cores of ``pids``, the fleet and the load generator and how late
+    the load generator fell; and the samples."""
+    meter = CpuMeter({**pids, "fleet": fleet.proc.pid, "loadgen": os.getpid()})
+    res = await run_open_loop(send, workload, drain_s, events)
+    cpu = meter.read()
+    summary = summarize(res.samples, warmup_s, workload.duration_s, workload.rate_rps)
+    summary["cpu_cores"] = cpu
+    summary["loadgen_max_lag_ms"] = round(res.max_lag_s * 1000, 1)
+    return summary, res.samples
+
+
+async def gateway_run(
+    fleet: FleetProc,
+    policy: str,
+    workload: Workload,
+    prof: Profile,
+    workdir: Path,
+    tag: str,
+    warmup_s: float,
+    drain_s: float,
+    events: dict | None = None,
+) -> tuple[dict, list]:
+    """:func:`open_loop` through a fresh gateway with ``policy`` over the whole fleet, once
+    more if the machine disturbed it (:func:`measured`); ``{"failed": why}`` and no samples for
+    a gateway that did not start."""
+
+    async def once() -> tuple[dict, list]:
+        cfg = gateway_config(fleet.urls, policy, prof.gateway_extra)
+        gw = await start_gateway(cfg, workdir, tag, src=GATEWAY_SRC.get("src"))
+        client = MiniClient("127.0.0.1", gw.port)
+        try:
+            send, pids = gateway_sender(client, ocr_bodies(workload)), {"gateway": gw.proc.pid}
+            summary, samples = await open_loop(
+                send, workload, fleet, pids, warmup_s, drain_s, events
+            )
+            summary["connections"] = client.opened
+            stats = await fleet.stats()
+            slow = [s for s in stats if s["slow"]]
+            summary["slow_share"] = round(
+                sum(s["received"] for s in slow) / max(1, sum(s["received"] for s in stats)), 4
+            )
+            summary["max_instance_depth"] = max(s["max_depth"] for s in stats)
+            summary["unmarked_docs"] = sum(s["unmarked"] for s in stats)
+            if gw.proc.poll() is not None:
+                summary["gateway_died"] = gw.proc.returncode
+            else:
+                summary["gateway_view"] = await gateway_view(gw.port)
+            return summary, samples
+        finally:
+            await client.close()
+            gw.stop()
+            await fleet.reset()
+
     try:
-        bodies = ocr_bodies(workload)
-        meter = CpuMeter({"gateway": gw.proc.pid, "fleet": fleet.proc.pid, "loadgen": os.getpid()})
-        res = await run_open_loop(gateway_sender(client, bodies), workload, drain_s, events)
-        cpu = meter.read()
-        summary = summarize(res.samples, warmup_s, duration_s, workload.rate_rps)
-        summary["cpu_cores"] = cpu
-        summary["loadgen_max_lag_ms"] = round(res.max_lag_s * 1000, 1)
-        summary["connections"] = client.opened
-        stats = await fleet.stats()
-        slow = [s for s in stats if s["slow"]]
-        summary["slow_share"] = round(
-            sum(s["received"] for s in slow) / max(1, sum(s["received"] for s in stats)), 4
-        )
-        summary["max_instance_depth"] = max(s["max_depth"] for s in stats)
-        summary["unmarked_docs"] = sum(s["unmarked"] for s in stats)
-        if gw.proc.poll() is not None:
-            summary["gateway_died"] = gw.proc.returncode
-        else:
-            summary["gateway_view"] = await gateway_view(gw.port)
-        return summary, res.samples
-    finally:
-        await client.close()
-        gw.stop()
-        await fleet.reset()
+        return await measured(once, prof, tag)
+    except RuntimeError as exc:
+        log(f"  gateway failed: {exc}")
+        return {"failed": str(exc)[:2000]}, []
 
 
 def disturbed(summary: dict, prof: Profile) -> str:
@@ -305,26 +328,11 @@ async def scenario_balancing(fleet: FleetProc, prof: Profile, workdir: Path) -> 
             drain = prof.drain_s
             if policy == "round_robin" and abs(load - prof.target_load) < 1e-9:
                 drain = max(drain, prof.reference_drain_s)
-            try:
-                summary, _ = await measured(
-                    lambda wl=wl, policy=policy, key=key, drain=drain: run_gateway_open_loop(
-                        fleet,
-                        policy,
-                        wl,
-                        prof,
-                        workdir,
-                        f"{policy}-{key}",
-                        prof.duration_s,
-                        prof.warmup_s,
-                        drain,
-                    ),
-                    prof,
-                    f"{policy} at {key}%",
-                )
+            tag = f"{policy}-{key}"
+            run = gateway_run(fleet, policy, wl, prof, workdir, tag, prof.warmup_s, drain)
+            summary, _ = await run
+            if "failed" not in summary:
                 summary["drain_s"] = drain
-            except RuntimeError as exc:
-                log(f"  gateway failed: {exc}")
-                summary = {"failed": str(exc)[:2000]}
             out["loads"][key]["rows"][policy] = summary
             log("  " + brief(summary))
     for load in prof.live_ideal_loads:
@@ -336,14 +344,11 @@ async def scenario_balancing(fleet: FleetProc, prof: Profile, workdir: Path) -> 
 
         async def live_run(wl=wl) -> tuple[dict, list]:
             live = LiveIdeal(fleet.ports, means, layout_bodies(wl))
-            meter = CpuMeter({"fleet": fleet.proc.pid, "loadgen": os.getpid()})
-            res = await run_open_loop(live.send, wl, prof.drain_s)
-            s = summarize(res.samples, prof.warmup_s, prof.duration_s, wl.rate_rps)
-            s["cpu_cores"] = meter.read()
-            s["loadgen_max_lag_ms"] = round(res.max_lag_s * 1000, 1)
-            await live.close()
-            await fleet.reset()
-            return s, res.samples
+            try:
+                return await open_loop(live.send, wl, fleet, {}, prof.warmup_s, prof.drain_s)
+            finally:
+                await live.close()
+                await fleet.reset()
 
         s, _ = await measured(live_run, prof, f"ideal-live at {key}%")
         out["loads"][key]["rows"]["ideal_live"] = s
@@ -393,26 +398,12 @@ async def scenario_kill(fleet: FleetProc, prof: Profile, workdir: Path) -> dict:
             async def kill(mode=mode) -> None:
                 await fleet.kill(victims, mode)
 
-            try:
-                summary, samples = await measured(
-                    lambda policy=policy, mode=mode, kill=kill: run_gateway_open_loop(
-                        fleet,
-                        policy,
-                        wl,
-                        prof,
-                        workdir,
-                        f"kill-{mode}-{policy}",
-                        prof.kill_duration_s,
-                        0.0,
-                        prof.kill_drain_s,
-                        {prof.kill_at_s: kill},
-                    ),
-                    prof,
-                    f"{policy} ({mode})",
-                )
-            except RuntimeError as exc:
-                log(f"  gateway failed: {exc}")
-                out["modes"][mode][policy] = {"failed": str(exc)[:2000]}
+            tag, events = f"kill-{mode}-{policy}", {prof.kill_at_s: kill}
+            summary, samples = await gateway_run(
+                fleet, policy, wl, prof, workdir, tag, 0.0, prof.kill_drain_s, events
+            )
+            out["modes"][mode][policy] = summary
+            if "failed" in summary:
                 continue
             after = summarize(samples, prof.kill_at_s, prof.kill_duration_s, wl.rate_rps)
             summary["failures"] = summary["errors"] + summary["unfinished"]
@@ -421,7 +412,6 @@ async def scenario_kill(fleet: FleetProc, prof: Profile, workdir: Path) -> dict:
             }
             fails = sorted(s.t for s in samples if not s.ok)
             summary["failure_times_s"] = [round(t, 2) for t in fails[:20]]
-            out["modes"][mode][policy] = summary
             log(f"  failures {summary['failures']} ({summary['error_kinds']}) " + brief(summary))
     return out
 
@@ -449,6 +439,35 @@ def _pcts(lat: list[float]) -> dict:
     }
 
 
+Poster = Callable[[int], Awaitable[Outcome]]
+
+
+def _poster(clients: list[MiniClient], path: str, body: bytes) -> Poster:
+    """POSTs ``body`` to ``path``, each call through the next of ``clients`` in turn."""
+    turn = itertools.count(1)
+
+    async def send(_k: int) -> Outcome:
+        client = clients[next(turn) % len(clients)]
+        try:
+            st, _, _ = await client.request("POST", path, body)
+        except (ClientError, OSError) as exc:
+            return Outcome(False, 0, repr(exc))
+        return Outcome(st == 200, st)
+
+    return send
+
+
+async def _closed_loops(send: Callable[[], Poster], prof: Profile, pids: dict) -> list[dict]:
+    """A closed-loop run at each concurrency of the profile, with the CPU cores of ``pids``."""
+    runs = []
+    for c in prof.overhead_concurrency:
+        meter = CpuMeter({**pids, "loadgen": os.getpid()})
+        r = await run_closed_loop(send(), c, prof.overhead_closed_s, 0.5)
+        r["cpu_cores"] = meter.read()
+        runs.append(r)
+    return runs
+
+
 async def scenario_overhead(prof: Profile, workdir: Path, policies: list[str]) -> dict:
     spec = replace(prof.fleet, zero_latency=True)
     fleet = start_fleet(spec)
@@ -458,45 +477,18 @@ async def scenario_overhead(prof: Profile, workdir: Path, policies: list[str]) -
         layout_body = json.dumps({"file": png_b64(0.0, 0), "fileType": 1}).encode()
         ocr_body = json.dumps({"base64": png_b64(0.0, 0)}).encode()
 
-        def direct_send():
-            rr = [0]
-
-            async def send(_k: int) -> Outcome:
-                rr[0] += 1
-                c = direct[rr[0] % len(direct)]
-                try:
-                    st, _, _ = await c.request("POST", "/layout-parsing", layout_body)
-                except (ClientError, OSError) as exc:
-                    return Outcome(False, 0, repr(exc))
-                return Outcome(st == 200, st)
-
-            return send
-
-        def gw_send(client: MiniClient, path: str, body: bytes):
-            async def send(_k: int) -> Outcome:
-                try:
-                    st, _, _ = await client.request("POST", path, body)
-                except (ClientError, OSError) as exc:
-                    return Outcome(False, 0, repr(exc))
-                return Outcome(st == 200, st)
-
-            return send
+        def direct_send() -> Poster:
+            return _poster(direct, "/layout-parsing", layout_body)
 
         log("scenario 3: direct to the zero-latency fleet")
-        meter = CpuMeter({"fleet": fleet.proc.pid, "loadgen": os.getpid()})
         d_seq = await _sequential(direct_send(), prof.overhead_seq_n)
         out: dict = {
             "instances": len(ports),
             "direct": {"sequential": _pcts(d_seq)},
             "policies": {},
         }
-        closed = []
-        for c in prof.overhead_concurrency:
-            meter = CpuMeter({"fleet": fleet.proc.pid, "loadgen": os.getpid()})
-            r = await run_closed_loop(direct_send(), c, prof.overhead_closed_s, 0.5)
-            r["cpu_cores"] = meter.read()
-            closed.append(r)
-        out["direct"]["closed_loop"] = closed
+        pids = {"fleet": fleet.proc.pid}
+        out["direct"]["closed_loop"] = await _closed_loops(direct_send, prof, pids)
         for policy in policies:
             log(f"scenario 3: gateway ({policy})")
             cfg = gateway_config(fleet.urls, policy, prof.gateway_extra)
@@ -510,29 +502,17 @@ async def scenario_overhead(prof: Profile, workdir: Path, policies: list[str]) -
                 continue
             client = MiniClient("127.0.0.1", gw.port)
             try:
-                g_ocr = await _sequential(gw_send(client, "/ocr", ocr_body), prof.overhead_seq_n)
-                g_lp = await _sequential(
-                    gw_send(client, "/layout-parsing", layout_body), prof.overhead_seq_n
-                )
+                n = prof.overhead_seq_n
+                g_ocr = await _sequential(_poster([client], "/ocr", ocr_body), n)
+                g_lp = await _sequential(_poster([client], "/layout-parsing", layout_body), n)
                 res: dict = {"sequential_ocr": _pcts(g_ocr), "sequential_layout": _pcts(g_lp)}
                 for name, lat in (("ocr", g_ocr), ("layout", g_lp)):
-                    if lat and d_seq:
-                        res[f"added_{name}_p50_ms"] = round(
-                            (percentile(lat, 50) - percentile(d_seq, 50)) * 1000, 3
-                        )
-                        res[f"added_{name}_p99_ms"] = round(
-                            (percentile(lat, 99) - percentile(d_seq, 99)) * 1000, 3
-                        )
-                closed = []
-                for c in prof.overhead_concurrency:
-                    meter = CpuMeter(
-                        {"gateway": gw.proc.pid, "fleet": fleet.proc.pid, "loadgen": os.getpid()}
-                    )
-                    r = await run_closed_loop(
-                        gw_send(client, "/ocr", ocr_body), c, prof.overhead_closed_s, 0.5
-                    )
-                    r["cpu_cores"] = meter.read()
-                    closed.append(r)
+                    for q in (50, 99) if lat and d_seq else ():
+                        added = percentile(lat, q) - percentile(d_seq, q)
+                        res[f"added_{name}_p{q}_ms"] = round(added * 1000, 3)
+                gw_pids = {"gateway": gw.proc.pid, **pids}
+                ocr_send = functools.partial(_poster, [client], "/ocr", ocr_body)
+                closed = await _closed_loops(ocr_send, prof, gw_pids)
                 res["closed_loop_ocr"] = closed
                 res["max_rps"] = max((r["rps"] for r in closed), default=None)
                 out["policies"][policy] = res
@@ -556,25 +536,20 @@ def targets(results: dict, default: str) -> dict:
     if s1:
         rows = s1["rows"]
         d, rr, ideal = rows.get(default, {}), rows.get("round_robin", {}), rows.get("ideal", {})
+
+        def versus(ref: dict, name: str, target: float, **more: Any) -> dict:
+            ratio = d["p99"] / ref["p99"]
+            return {
+                "default_p99_s": d["p99"], f"{name}_p99_s": ref["p99"], **more,
+                "ratio": round(ratio, 4), "target": target,
+                "met": ratio <= target and not d["p99_censored"],
+            }  # fmt: skip
+
         if d.get("p99") and rr.get("p99"):
-            ratio = d["p99"] / rr["p99"]
-            t["p99_vs_round_robin"] = {
-                "default_p99_s": d["p99"],
-                "round_robin_p99_s": rr["p99"],
-                "round_robin_p99_is_lower_bound": rr["p99_censored"],
-                "ratio": round(ratio, 4),
-                "target": 0.15,
-                "met": ratio <= 0.15 and not d["p99_censored"],
-            }
+            lower_bound = {"round_robin_p99_is_lower_bound": rr["p99_censored"]}
+            t["p99_vs_round_robin"] = versus(rr, "round_robin", 0.15, **lower_bound)
         if d.get("p99") and ideal.get("p99"):
-            ratio = d["p99"] / ideal["p99"]
-            t["p99_vs_ideal"] = {
-                "default_p99_s": d["p99"],
-                "ideal_p99_s": ideal["p99"],
-                "ratio": round(ratio, 4),
-                "target": 1.25,
-                "met": ratio <= 1.25 and not d["p99_censored"],
-            }
+            t["p99_vs_ideal"] = versus(ideal, "ideal", 1.25)
             for ref in ("ideal_blind", "ideal_live"):
                 if rows.get(ref, {}).get("p99"):
                     t["p99_vs_ideal"][f"ratio_vs_{ref}"] = round(d["p99"] / rows[ref]["p99"], 4)
@@ -616,22 +591,18 @@ async def run(
     if prof.name == "smoke":
         prof = replace(prof, policies=tuple(dict.fromkeys(("round_robin", default))))
     results: dict = {
-        "meta": {
-            "profile": prof.name,
-            "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "cpus": os.cpu_count(),
-            "machine": platform.platform(),
-            "python": platform.python_version(),
-            "fleet": prof.fleet.to_dict(),
-            "capacity_rps": round(prof.fleet.capacity_rps(), 2),
-            "policies": list(prof.policies),
-            "default_policy": default,
-            "profile_settings": {k: v for k, v in asdict(prof).items() if k != "fleet"},
-            "command": " ".join(["python -m bench.balancing", *sys.argv[1:]]),
+        "meta": run_meta(
+            prof.name,
+            fleet=prof.fleet.to_dict(),
+            capacity_rps=round(prof.fleet.capacity_rps(), 2),
+            policies=list(prof.policies),
+            default_policy=default,
+            profile_settings={k: v for k, v in asdict(prof).items() if k != "fleet"},
+            command=" ".join(["python -m bench.balancing", *sys.argv[1:]]),
             # None: the gateway's default (one worker per core)
-            "gateway_workers": int(os.environ.get("GATEWAY_WORKERS") or 0) or None,
-            "gateway_sources": gateway_fingerprint(src / "gateway"),
-        }
+            gateway_workers=int(os.environ.get("GATEWAY_WORKERS") or 0) or None,
+            gateway_sources=gateway_fingerprint(src / "gateway"),
+        )
     }
     t0 = time.monotonic()
 
@@ -639,8 +610,7 @@ async def run(
         results["targets"] = targets(results, default)
         results["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
         if out_path is not None:
-            out_path.parent.mkdir(parents=True, exist_ok=True)
-            out_path.write_text(json.dumps(results, indent=1))
+            write_json(out_path, results)
 
     fleet = start_fleet(prof.fleet)
     try:
@@ -682,15 +652,10 @@ async def snapshot_importable_gateway(workdir: Path, wait_s: float) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.balancing",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", help="8 s windows (about half the default run)")
-    g.add_argument("--full", action="store_true", help="60 s windows (~45 min)")
-    g.add_argument("--smoke", action="store_true", help="seconds; for tests/bench")
+    ap = parser(
+        "balancing", __doc__, quick="8 s windows (about half the default run)",
+        full="60 s windows (~45 min)", smoke="seconds; for tests/bench",
+    )  # fmt: skip
     ap.add_argument("--policies", help="comma-separated subset of " + ",".join(ALL_POLICIES))
     ap.add_argument("--loads", help="comma-separated percentages, e.g. 50,85")
     ap.add_argument("--scenarios", default="1,2,3", help="which scenarios to run (default 1,2,3)")
@@ -721,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the gateway configs and logs (their folder is printed)",
     )
     args = ap.parse_args(argv)
-    name = "quick" if args.quick else "full" if args.full else "smoke" if args.smoke else "default"
+    name = profile_name(args, "quick", "full", "smoke")
     prof = PROFILES[name]
     fleet = prof.fleet
     if args.instances:

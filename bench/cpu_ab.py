@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import multiprocessing
 import statistics
 import subprocess
@@ -39,10 +38,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.common import write_json
 from bench.cpu_cell import ROUTES
 from bench.cpucap import MIN_CORES, CpuCapError, CpuCaps, machine_cores
 from bench.fleet import layout_answer
-from bench.procs import gateway_config, snapshot_gateway, start_fleet
+from bench.procs import gateway_config, start_fleet
 from bench.procstat import MachineMeter, TreeMeter, tree
 from bench.proxies import (
     ProxyProc,
@@ -144,9 +144,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
         srcs = {}
         for rev in args.revs:
             name = rev or "worktree"
-            srcs[rev] = (
-                snapshot_rev(workdir / name, rev) if rev else snapshot_gateway(workdir / name)
-            )
+            srcs[rev] = snapshot_rev(workdir / name, rev)
         for rev, workers in itertools.product(args.revs, args.workers):
             name = Variant(rev, workers).name(many)
             folder = workdir / f"gw-{name.replace(' ', '-')}"
@@ -326,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         meta["parallel_speedup"] = [speedup, after]
         meta["gateways"] = {rev or "worktree": gateway_revision(rev) for rev in args.revs}
         meta["when"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        args.out.write_text(json.dumps({"meta": meta, "cells": cells}, indent=1) + "\n")
+        write_json(args.out, {"meta": meta, "cells": cells})
     return 0
 
 

@@ -176,6 +176,18 @@ class Instance:
         await asyncio.shield(self.hang_forever)
         raise Aborted
 
+    async def _queued(self, service_s: float, entry: dict[str, Any] | None = None) -> None:
+        """Wait in the FIFO until this request's inference of ``service_s`` has run; an
+        instance hung meanwhile never answers (:meth:`_hang`)."""
+        self.received += 1
+        job = Job(service_s, asyncio.get_running_loop().create_future(), entry)
+        self.queue.append(job)
+        self.max_depth = max(self.max_depth, len(self.queue))
+        self.wake.set()
+        await job.fut
+        if self.state == "hang":
+            await self._hang()
+
     # ------------------------------------------------------------------ protocol
     async def handle(self, req: HttpRequest) -> HttpResponse:
         if self.state == "hang":
@@ -228,14 +240,7 @@ class Instance:
             work, doc_id = self._draw_work(), -1
         else:
             work, doc_id = work_id
-        self.received += 1
-        fut = asyncio.get_running_loop().create_future()
-        self.queue.append(Job(work * self.spec.mean_s, fut))
-        self.max_depth = max(self.max_depth, len(self.queue))
-        self.wake.set()
-        await fut
-        if self.state == "hang":
-            return await self._hang()
+        await self._queued(work * self.spec.mean_s)
         n_pages = 1 if file_type == 1 or is_url else 2
         text = f"bench document {doc_id} served by instance {self.spec.index}"
         return HttpResponse.json(
@@ -248,16 +253,9 @@ class Instance:
         if not sizes:
             return _err(500, "Internal server error")
         log_id = body.get("logId") or str(uuid.uuid4())
-        self.received += 1
-        fut = asyncio.get_running_loop().create_future()
         service = self.fleet.pdf_seconds(len(sizes), self.spec.factor)
         entry = {"instance": self.spec.index, "logId": log_id, "pages": [list(s) for s in sizes]}
-        self.queue.append(Job(service, fut, entry))
-        self.max_depth = max(self.max_depth, len(self.queue))
-        self.wake.set()
-        await fut
-        if self.state == "hang":
-            return await self._hang()
+        await self._queued(service, entry)
         n = len(sizes)
         pages = [
             protocol.page_result([f"page {w}x{h}"], (w, h), (i, n))

@@ -24,19 +24,15 @@ hierarchy-<profile>.json``; a PNG of p99 against load in ``docs/img/`` if matplo
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench.balancing import (
@@ -46,29 +42,40 @@ from bench.balancing import (
     default_policy,
     des_summary,
     gateway_fingerprint,
-    log,
+    gateway_run,
     measured,
-    run_gateway_open_loop,
+    open_loop,
     snapshot_importable_gateway,
 )
-from bench.balancing import (
-    PROFILES as BALANCING_PROFILES,
+from bench.balancing import PROFILES as BALANCING_PROFILES
+from bench.common import (
+    log,
+    parser,
+    path_or_none,
+    profile_name,
+    pyplot,
+    run_meta,
+    save_figure,
+    unavailable,
+    write_json,
 )
 from bench.ideal import simulate_ideal
-from bench.loadgen import Sample, gateway_sender, ocr_bodies, run_open_loop, summarize
+from bench.loadgen import Sample, gateway_sender, ocr_bodies, summarize
 from bench.minihttp import MiniClient
+from bench.plots import p99_lines
 from bench.procs import (
     FleetProc,
     GatewayProc,
+    environment,
     free_port,
     gateway_config,
+    spawn,
     start_fleet,
     start_gateway,
-    stop_process,
+    stop_group,
     tmpdir,
-    wait_healthy,
+    until_healthy,
 )
-from bench.procstat import CpuMeter
 from bench.report import Report, Table, fmt_percentile, print_console, render_markdown
 from bench.workload import Workload, make_workload
 from components.haproxy import HEALTH_URI, Backend, HaproxySpec, render_haproxy
@@ -90,13 +97,12 @@ ROWS = {
 
 @dataclass(frozen=True)
 class HierarchyProfile:
-    name: str
     base: Profile
-    """Fleet, loads, windows and the disturbance rules of the balancing benchmark."""
+    """Fleet, loads, windows and the disturbance rules of the balancing benchmark profile of
+    the same name."""
     hosts: int = 4
     one_gateway: bool = True
     """Also run one gateway over the whole fleet at each load."""
-    gateway_extra: dict = field(default_factory=dict)
 
 
 ONE_CLIENT_FOR_MANY = {"server": {"max_connections_per_client": 1000}}
@@ -106,7 +112,7 @@ a gateway's (the one gateway's; behind HAProxy the stack lifts it, as here) nor 
 
 def _profile(name: str, **extra: object) -> HierarchyProfile:
     base = replace(BALANCING_PROFILES[name], gateway_extra=ONE_CLIENT_FOR_MANY)
-    return HierarchyProfile(name, base, gateway_extra=ONE_CLIENT_FOR_MANY, **extra)  # type: ignore[arg-type]
+    return HierarchyProfile(base, **extra)  # type: ignore[arg-type]
 
 
 PROFILES = {
@@ -154,7 +160,7 @@ class HaproxyProc:
     log_path: Path
 
     def stop(self) -> None:
-        stop_process(self.proc)
+        stop_group(self.proc, 5.0)
 
 
 async def start_haproxy(spec: HaproxySpec, workdir: Path, tag: str) -> HaproxyProc:
@@ -166,21 +172,10 @@ async def start_haproxy(spec: HaproxySpec, workdir: Path, tag: str) -> HaproxyPr
     config = workdir / f"haproxy-{tag}.cfg"
     config.write_text(render_haproxy(spec))
     log_path = workdir / f"haproxy-{tag}.log"
-    with open(log_path, "w") as out:
-        proc = subprocess.Popen(
-            [binary, "-W", "-db", "-f", str(config)],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    hp = HaproxyProc(proc, spec.port, log_path)
-    try:
-        if await wait_healthy(f"http://127.0.0.1:{spec.port}{HEALTH_URI}", proc, 20, "haproxy"):
-            return hp
-    except RuntimeError as exc:
-        raise RuntimeError(f"{exc}: {log_path.read_text()}") from None
-    hp.stop()
-    raise RuntimeError(f"haproxy not healthy after 20 s: {log_path.read_text()[-2000:]}")
+    proc = spawn([binary, "-W", "-db", "-f", str(config)], log_path)
+    url = f"http://127.0.0.1:{spec.port}{HEALTH_URI}"
+    await until_healthy(url, proc, 20, "haproxy", log_path)
+    return HaproxyProc(proc, spec.port, log_path)
 
 
 # ------------------------------------------------------------------------------ one run
@@ -204,7 +199,7 @@ async def run_hierarchy(
     client: MiniClient | None = None
     try:
         for k, group in enumerate(groups):
-            cfg = gateway_config([fleet.urls[i] for i in group], policy, prof.gateway_extra)
+            cfg = gateway_config([fleet.urls[i] for i in group], policy, base.gateway_extra)
             gateways.append(await start_gateway(cfg, workdir, f"{tag}-host-{k}", src=src))
         spec = HaproxySpec(
             port=free_port(),
@@ -219,24 +214,19 @@ async def run_hierarchy(
         hp = await start_haproxy(spec, workdir, tag)
         client = MiniClient("127.0.0.1", hp.port)
         pids = {f"gateway-{k}": gw.proc.pid for k, gw in enumerate(gateways)}
-        meter = CpuMeter(
-            {**pids, "haproxy": hp.proc.pid, "fleet": fleet.proc.pid, "loadgen": os.getpid()}
+        send = gateway_sender(client, ocr_bodies(workload))
+        summary, samples = await open_loop(
+            send, workload, fleet, {**pids, "haproxy": hp.proc.pid}, base.warmup_s, base.drain_s
         )
-        res = await run_open_loop(
-            gateway_sender(client, ocr_bodies(workload)), workload, base.drain_s
-        )
-        cpu = meter.read()
-        gateways_cpu = round(sum(cpu.pop(k) for k in pids), 3)
-        summary = summarize(res.samples, base.warmup_s, base.duration_s, workload.rate_rps)
-        summary["cpu_cores"] = {"gateways": gateways_cpu, **cpu}
-        summary["loadgen_max_lag_ms"] = round(res.max_lag_s * 1000, 1)
+        cpu = summary["cpu_cores"]
+        summary["cpu_cores"] = {"gateways": round(sum(cpu.pop(k) for k in pids), 3), **cpu}
         stats = await fleet.stats()
         received = [sum(stats[i]["received"] for i in group) for group in groups]
         summary["host_share"] = [round(r / max(1, sum(received)), 4) for r in received]
         died = [k for k, gw in enumerate(gateways) if gw.proc.poll() is not None]
         if died or hp.proc.poll() is not None:
             summary["died"] = {"gateways": died, "haproxy": hp.proc.poll()}
-        return summary, res.samples
+        return summary, samples
     finally:
         if client is not None:
             await client.close()
@@ -259,23 +249,19 @@ async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
     cap = base.fleet.capacity_rps()
     groups = host_groups(base.fleet.n, prof.hosts)
     results: dict = {
-        "meta": {
-            "profile": prof.name,
-            "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "cpus": os.cpu_count(),
-            "machine": platform.platform(),
-            "python": platform.python_version(),
-            "fleet": base.fleet.to_dict(),
-            "capacity_rps": round(cap, 2),
-            "hosts": prof.hosts,
-            "host_instances": [len(g) for g in groups],
-            "policy": policy,
-            "gateway_workers": os.environ["GATEWAY_WORKERS"],
-            "gateway_sources": gateway_fingerprint(src / "gateway"),
-            "haproxy": _haproxy_version(),
-            "windows": {"duration_s": base.duration_s, "warmup_s": base.warmup_s},
-            "command": " ".join(["python -m bench.hierarchy", *sys.argv[1:]]),
-        },
+        "meta": run_meta(
+            base.name,
+            fleet=base.fleet.to_dict(),
+            capacity_rps=round(cap, 2),
+            hosts=prof.hosts,
+            host_instances=[len(g) for g in groups],
+            policy=policy,
+            gateway_workers=os.environ["GATEWAY_WORKERS"],
+            gateway_sources=gateway_fingerprint(src / "gateway"),
+            haproxy=_haproxy_version(),
+            windows={"duration_s": base.duration_s, "warmup_s": base.warmup_s},
+            command=" ".join(["python -m bench.hierarchy", *sys.argv[1:]]),
+        ),
         "loads": {},
     }
     t0 = time.monotonic()
@@ -304,21 +290,15 @@ async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
             log("  " + brief(rows["hierarchy"]))
             if prof.one_gateway:
                 log(f"one gateway at {key}%")
-                rows["one_gateway"], _ = await measured(
-                    lambda wl=wl, key=key: run_gateway_open_loop(
-                        fleet, policy, wl, base, workdir, f"one-{key}", base.duration_s,
-                        base.warmup_s, base.drain_s,
-                    ),
-                    base,
-                    f"one gateway at {key}%",
-                )  # fmt: skip
+                rows["one_gateway"], _ = await gateway_run(
+                    fleet, policy, wl, base, workdir, f"one-{key}", base.warmup_s, base.drain_s
+                )
                 log("  " + brief(rows["one_gateway"]))
             results["loads"][key] = {"rate_rps": round(wl.rate_rps, 2), "rows": rows}
             results["targets"] = targets(results)
             results["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
             if out_path is not None:
-                out_path.parent.mkdir(parents=True, exist_ok=True)
-                out_path.write_text(json.dumps(results, indent=1))
+                write_json(out_path, results)
     finally:
         fleet.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -337,20 +317,6 @@ def targets(results: dict) -> dict:
             out["loads"][key] = {"ratio": round(ratio, 3), "met": met}
     out["met"] = bool(out["loads"]) and all(x["met"] for x in out["loads"].values())
     return out
-
-
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _haproxy_version() -> str | None:
@@ -378,7 +344,7 @@ def build_report(results: dict) -> Report:
         ("load", *ROWS.values(), "hierarchy / ideal", f"<= {TARGET}x"),
         ("left",) + ("right",) * (len(ROWS) + 1) + ("left",),
     )
-    p50 = Table("p50 latency by load", ("load", *ROWS.values()), ("left",) + ("right",) * len(ROWS))
+    p50 = Table("p50 latency by load", ("load", *ROWS.values()))
     detail = Table(
         "The hierarchy's runs",
         ("load", "p95", "throughput", "errors", "unfinished", "host share", "CPU cores", "machine"),
@@ -412,13 +378,9 @@ def _cells(rows: dict, key: str) -> list[str]:
 
 def plot(results: dict, path: Path) -> str:
     """p99 against load for each row; returns why no plot was drawn, or ""."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no plot"
+    if why := unavailable():
+        return why
+    plt = pyplot()
     loads = sorted(results["loads"], key=int)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     styles = {
@@ -427,16 +389,10 @@ def plot(results: dict, path: Path) -> str:
         "one_gateway": ("tab:green", "-", "^"),
         "split_round_robin": ("tab:red", ":", "v"),
     }
-    for name, (color, line, marker) in styles.items():
-        points = [
-            (int(k), results["loads"][k]["rows"][name])
-            for k in loads
-            if results["loads"][k]["rows"].get(name, {}).get("p99")
-        ]
-        if points:
-            label = ROWS[name]
-            xs, ys = [x for x, _ in points], [s["p99"] for _, s in points]
-            ax.plot(xs, ys, color=color, linestyle=line, marker=marker, label=label)
+    p99_lines(ax, results["loads"], {
+        name: {"label": ROWS[name], "color": color, "linestyle": line, "marker": marker}
+        for name, (color, line, marker) in styles.items()
+    })  # fmt: skip
     ideal = [(int(k), results["loads"][k]["rows"]["ideal"]["p99"]) for k in loads]
     ax.plot(
         [x for x, _ in ideal],
@@ -451,23 +407,13 @@ def plot(results: dict, path: Path) -> str:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"{results['meta']['fleet']['n']} instances, {results['meta']['hosts']} hosts")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
     return ""
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.hierarchy",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", help="8 s windows")
-    g.add_argument("--smoke", action="store_true", help="seconds; for tests/bench")
-    g.add_argument("--report", metavar="FILE", help="print the Markdown tables of a results file")
+    ap = parser("hierarchy", __doc__, quick="8 s windows", smoke="seconds; for tests/bench")
+    ap.add_argument("--report", metavar="FILE", help="print the Markdown tables of a results file")
     ap.add_argument("--hosts", type=int, help="hosts to cut the fleet into (default 4)")
     ap.add_argument("--loads", help="comma-separated percentages, e.g. 50,85")
     ap.add_argument("--no-one-gateway", action="store_true", help="skip the one-gateway runs")
@@ -479,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         print(render_markdown(build_report(json.loads(Path(args.report).read_text()))), end="")
         return 0
-    name = "quick" if args.quick else "smoke" if args.smoke else "default"
+    name = profile_name(args, "quick", "smoke")
     prof = PROFILES[name]
     if args.hosts:
         prof = replace(prof, hosts=args.hosts)
@@ -491,15 +437,12 @@ def main(argv: list[str] | None = None) -> int:
     if haproxy_binary() is None:
         ap.error("haproxy is not installed: apt-get install haproxy")
     out = Path(args.out) if args.out else RESULTS_DIR / f"hierarchy-{name}.json"
-    with _environment(GATEWAY_WORKERS=GATEWAY_WORKERS):  # every `python -m gateway` reads it
+    with environment(GATEWAY_WORKERS=GATEWAY_WORKERS):  # every `python -m gateway` reads it
         results = asyncio.run(run(prof, out))
     results["meta"]["profile_settings"] = asdict(prof)["base"] | {"hosts": prof.hosts}
-    out.write_text(json.dumps(results, indent=1))
+    write_json(out, results)
     log(f"results written to {out}")
-    if args.plot:
-        plot_path = None if args.plot == "none" else Path(args.plot)
-    else:
-        plot_path = None if name == "smoke" else PLOT
+    plot_path = path_or_none(args.plot, None if name == "smoke" else PLOT)
     if plot_path is not None:
         log(plot(results, plot_path) or f"plot written to {plot_path}")
     with contextlib.suppress(BrokenPipeError):

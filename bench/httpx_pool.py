@@ -11,7 +11,6 @@ against the benchmark fleet (no gateway involved).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -19,6 +18,7 @@ import time
 
 import httpx
 
+from bench.common import parser
 from bench.procs import start_fleet
 from bench.procstat import cpu_s
 from bench.workload import FleetSpec, png_b64
@@ -73,11 +73,7 @@ async def main_async(n: int, seconds: float, conc: list[int]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.httpx_pool",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = parser("httpx_pool", __doc__)
     ap.add_argument("--instances", type=int, default=48)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--in-flight", default="16,200")

@@ -25,21 +25,20 @@ table in docs/benchmarks.md).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench.common import parser, profile_name, run_meta, write_json
 from bench.jobs_report import markdown, targets
 from bench.jobs_scenarios import (
     ADMIN_TOKEN,
@@ -83,17 +82,21 @@ SCENARIOS = ("idle", "mixed", "saturation", "kill")
 
 
 def config(
-    prof: Profile, fleet: FleetProc, jobs_dir: Path, keeper: KeeperProc | None
+    prof: Profile,
+    fleet: FleetProc,
+    jobs_dir: Path,
+    keeper: KeeperProc | None,
+    tokens: Mapping[str, str] = TOKENS,
 ) -> dict[str, Any]:
-    """The gateway's config: queue mode, two tenants, the job store in ``jobs_dir``, the
-    ``keeper`` in front of every instance."""
+    """The gateway's config: queue mode, the tenants' ``tokens`` (name -> token), the job store
+    in ``jobs_dir``, the ``keeper`` in front of every instance."""
     cfg = gateway_config(
         fleet.urls,
         "queue",
         {
             "load_balance": {"queue_max_depth": 4096},
             "auth": {
-                "tokens": [{"name": n, "sha256": sha(t)} for n, t in TOKENS.items()],
+                "tokens": [{"name": n, "sha256": sha(t)} for n, t in tokens.items()],
                 "admin_tokens": [{"name": "bench-admin", "sha256": sha(ADMIN_TOKEN)}],
             },
             "fanout": {
@@ -124,6 +127,43 @@ class Stack:
         gateway = await start_gateway(cfg, self.workdir, name, src=self.src, **kw)
         self.gateways.append(gateway)
         return gateway
+
+
+@dataclass(frozen=True)
+class BacklogProfile:
+    """A backlog many tokens submit at once (:mod:`bench.jobs_scale`,
+    :mod:`bench.jobs_shared_store`): the fleet, the jobs and the gateway's job settings."""
+
+    name: str
+    fleet: FleetSpec
+    jobs: int
+    tokens: int
+    doc_pages: int
+    submit_parallel: int = 4  # uploads in flight per token
+    threshold_pages: int = 8  # fanout.threshold_pages (the gateway's default)
+    max_slice_pages: int = 16  # fanout.max_slice_pages (the gateway's default)
+    lease_s: float = 6.0
+
+    def jobs_profile(self) -> Profile:
+        """The :mod:`bench.jobs` profile whose gateway config and capacity this run shares."""
+        return Profile(
+            self.name, self.fleet, doc_pages=self.doc_pages, threshold_pages=self.threshold_pages,
+            max_slice_pages=self.max_slice_pages, lease_s=self.lease_s,
+        )  # fmt: skip
+
+    @staticmethod
+    def token(index: int) -> str:
+        return f"bench-backlog-token-{index}"
+
+    def config(
+        self, stack: Stack, jobs_dir: Path, more_tokens: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """:func:`config` with one token per tenant of the backlog (and ``more_tokens``)."""
+        assert stack.keeper is not None
+        tokens = {f"tenant-{i}": self.token(i) for i in range(self.tokens)} | dict(
+            more_tokens or {}
+        )
+        return config(self.jobs_profile(), stack.fleet, jobs_dir, stack.keeper, tokens)
 
 
 @contextlib.asynccontextmanager
@@ -160,24 +200,25 @@ def sigterm_unwinds() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def meta(profile: str, started: dt.datetime, **extra: Any) -> dict[str, Any]:
-    """The ``meta`` of a result: the profile, when, and the machine."""
+def result_of(
+    prof: Any, started: dt.datetime, jobs_prof: Profile, meta_extra: dict[str, Any], **parts: Any
+) -> dict[str, Any]:
+    """A run's result: its ``meta`` (:func:`bench.common.run_meta` and when it started), its
+    profile (the fleet as a dict), the fleet's capacity under ``jobs_prof`` and what it
+    measured (``parts``)."""
     return {
-        "profile": profile,
-        "started": started.isoformat(timespec="seconds"),
-        "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        **extra,
+        "meta": run_meta(prof.name, started=started.isoformat(timespec="seconds"), **meta_extra),
+        "profile": {**asdict(prof), "fleet": prof.fleet.to_dict()},
+        "capacity": capacities(jobs_prof),
+        **parts,
     }
 
 
 def write_results(result: dict[str, Any], out: Path, table: str) -> None:
-    """The result as JSON in ``out``, its markdown table on stdout."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    """The result as JSON in ``out``, its markdown table on stdout, where it went on stderr."""
+    write_json(out, result)
     print(table)
+    print(f"results: {out}", file=sys.stderr)
 
 
 async def run(
@@ -212,10 +253,7 @@ async def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    group = ap.add_mutually_exclusive_group()
-    group.add_argument("--quick", action="store_true")
-    group.add_argument("--smoke", action="store_true")
+    ap = parser("jobs", __doc__, quick="shorter windows", smoke="seconds (tests/bench)")
     ap.add_argument(
         "--slow", action="store_true", help="3 slow instances (3x, 4x, 5x) as in bench.balancing"
     )
@@ -238,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.workers is not None:
         os.environ["GATEWAY_WORKERS"] = str(args.workers)  # read by python -m gateway
-    prof = PROFILES["quick" if args.quick else "smoke" if args.smoke else "default"]
+    prof = PROFILES[profile_name(args, "quick", "smoke")]
     if args.slow:
         prof = replace(
             prof, name=prof.name + "-slow", fleet=replace(prof.fleet, slow_factors=(3.0, 4.0, 5.0))
@@ -252,21 +290,11 @@ def main(argv: list[str] | None = None) -> int:
         measured = asyncio.run(
             run(prof, scenarios, args.keep_logs, args.gateway_src, not args.no_keeper)
         )
-    result = {
-        "meta": meta(
-            prof.name,
-            started,
-            gateway_workers=os.environ.get("GATEWAY_WORKERS", "default (one per core)"),
-            keeper=not args.no_keeper,
-        ),
-        "profile": {**asdict(prof), "fleet": prof.fleet.to_dict()},
-        "capacity": capacities(prof),
-        "scenarios": measured,
-    }
+    workers = os.environ.get("GATEWAY_WORKERS", "default (one per core)")
+    meta_extra = {"gateway_workers": workers, "keeper": not args.no_keeper}
+    result = result_of(prof, started, prof, meta_extra, scenarios=measured)
     result["targets"] = targets(result)
-    out = args.out or RESULTS_DIR / f"jobs-{prof.name}.json"
-    write_results(result, out, markdown(result))
-    print(f"results: {out}", file=sys.stderr)
+    write_results(result, args.out or RESULTS_DIR / f"jobs-{prof.name}.json", markdown(result))
     return 0
 
 

@@ -16,16 +16,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.common import pyplot, save_figure
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS = REPO / "bench" / "results" / "jobs-default.json"
 DEFAULT_OUT = REPO / "docs" / "img" / "jobs_timeline.png"
 
 
 def plot(result: dict[str, Any], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     scenarios = result["scenarios"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
@@ -49,10 +48,7 @@ def plot(result: dict[str, Any], out: Path) -> None:
             ax.legend(loc="lower left", fontsize=8)
     axes[0].set_ylabel("fleet busy (%)")
     axes[0].set_ylim(0, 105)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
 
 
 def main(argv: list[str] | None = None) -> int:

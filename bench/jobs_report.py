@@ -13,35 +13,36 @@ from typing import Any
 from bench.report import Table
 
 
+def target(value: Any, bound: str, ok: bool) -> dict[str, Any]:
+    """One target: the measured value, the bound, whether it holds (never for no value)."""
+    return {"value": value, "bound": bound, "ok": value is not None and ok}
+
+
+def verdict(flag: bool) -> str:
+    return "pass" if flag else "FAIL"
+
+
 def targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each measured scenario's target: the measured value, the bound and whether it holds."""
     s = result["scenarios"]
     out: dict[str, dict[str, Any]] = {}
     if "idle" in s:
-        out["idle_latency_ratio"] = {"value": s["idle"]["ratio"], "bound": "<= 0.1",
-                                     "ok": s["idle"]["ratio"] <= 0.1}  # fmt: skip
+        ratio = s["idle"]["ratio"]
+        out["idle_latency_ratio"] = target(ratio, "<= 0.1", ratio <= 0.1)
     if "mixed" in s:
         ratio = s["mixed"]["ratio"]
-        out["one_page_p99_ratio"] = {"value": ratio, "bound": "<= 1.5",
-                                     "ok": ratio is not None and ratio <= 1.5}  # fmt: skip
+        out["one_page_p99_ratio"] = target(ratio, "<= 1.5", ratio is not None and ratio <= 1.5)
     if "saturation" in s:
         ratio = s["saturation"]["ratio"]
-        out["saturation_pages_ratio"] = {"value": ratio, "bound": ">= 0.95", "ok": ratio >= 0.95}
+        out["saturation_pages_ratio"] = target(ratio, ">= 0.95", ratio >= 0.95)
     if "kill" in s:
         k = s["kill"]
         whole = k["results"]["whole_in_order"] == k["jobs"] and k["failure"] is None
-        out["kill_all_whole_in_order"] = {"value": f"{k['results']['whole_in_order']}/{k['jobs']}",
-                                          "bound": "all", "ok": whole}  # fmt: skip
-        out["kill_parsed_twice_pages"] = {
-            "value": k["parsed_twice_pages"],
-            "bound": f"<= {k['one_slice_per_job_pages']}",
-            "ok": k["parsed_twice_pages"] <= k["one_slice_per_job_pages"],
-        }
+        done = f"{k['results']['whole_in_order']}/{k['jobs']}"
+        out["kill_all_whole_in_order"] = target(done, "all", whole)
+        twice, bound = k["parsed_twice_pages"], k["one_slice_per_job_pages"]
+        out["kill_parsed_twice_pages"] = target(twice, f"<= {bound}", twice <= bound)
     return out
-
-
-def _ok(flag: bool) -> str:
-    return "pass" if flag else "FAIL"
 
 
 def _sizes(pairs: list[list[int]]) -> str:
@@ -76,7 +77,7 @@ def markdown(result: dict[str, Any]) -> str:
     def row(number: str, what: str, measured: str, key: str, bound: Any = None) -> None:
         target = t[key]
         bound = target["bound"] if bound is None else bound
-        table.add(number, what, measured, str(bound), _ok(target["ok"]))
+        table.add(number, what, measured, str(bound), verdict(target["ok"]))
 
     if "idle" in s:
         i = s["idle"]

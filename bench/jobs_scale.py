@@ -29,7 +29,6 @@ table in docs/benchmarks.md) and, with ``--plot``, ``docs/img/jobs_scale.png``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import datetime as dt
@@ -38,26 +37,20 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.jobs import Stack, meta, processes, sigterm_unwinds, write_results
-from bench.jobs import config as jobs_config
+from bench.common import parser, profile_name
+from bench.jobs import BacklogProfile, Stack, processes, result_of, sigterm_unwinds, write_results
 from bench.jobs_docs import numbered_pdf
 from bench.jobs_scale_report import markdown, plot, summarize, targets
-from bench.jobs_scenarios import ADMIN_TOKEN, Profile, capacities, jobs_client, sha, submit
-from bench.procs import (
-    REPO,
-    GatewayProc,
-    KeeperProc,
-    snapshot_gateway,
-    tmpdir,
-)
+from bench.jobs_scenarios import ADMIN_TOKEN, capacities, jobs_client, submit
+from bench.procs import REPO, FleetProc, GatewayProc, snapshot_gateway, tmpdir
 from bench.procstat import CpuMeter, rss_bytes
+from bench.proxies import snapshot_rev
 from bench.workload import FleetSpec
 from fleetctl import jobclient
 from fleetctl.client import OcrError
@@ -67,51 +60,33 @@ LATE = "tenant-late"  # the token outside the backlog whose submits are probes
 
 
 @dataclass(frozen=True)
-class ScaleProfile:
+class ScaleProfile(BacklogProfile):
     """One scale run: the backlog, the window, the probes."""
 
-    name: str
-    fleet: FleetSpec = field(
-        default_factory=lambda: FleetSpec(n=48, slow_factors=(), request_s=0.1, page_s=0.05)
-    )
-    jobs: int = 2000
-    tokens: int = 20
-    doc_pages: int = 100
-    submit_parallel: int = 4  # uploads in flight per token during the bulk submit
     window_s: float = 150.0  # from the first submit
     status_every_s: float = 0.05
     submit_every_s: float = 2.0
     restart_watch_s: float = 15.0
-    lease_s: float = 6.0
     seed: int = 24
-
-    def jobs_profile(self) -> Profile:
-        """The :mod:`bench.jobs` profile whose gateway config and capacity this run shares."""
-        return Profile(self.name, self.fleet, doc_pages=self.doc_pages, lease_s=self.lease_s)
 
 
 PROFILES = {
-    "default": ScaleProfile("default"),
+    "default": ScaleProfile(
+        "default", FleetSpec(n=48, slow_factors=(), request_s=0.1, page_s=0.05), jobs=2000,
+        tokens=20, doc_pages=100,
+    ),
     "smoke": ScaleProfile(
         "smoke", FleetSpec(n=4, slow_factors=(), request_s=0.02, page_s=0.01), jobs=24,
         tokens=3, doc_pages=12, submit_parallel=2, window_s=6.0, status_every_s=0.1,
         submit_every_s=1.0, restart_watch_s=3.0, lease_s=2.0,
     ),
 }  # fmt: skip
+token = ScaleProfile.token
 
 
-def token(index: int) -> str:
-    return f"bench-scale-token-{index}"
-
-
-def gateway_config(prof: ScaleProfile, fleet: Any, jobs_dir: Path, keeper: KeeperProc) -> dict:
-    """:func:`bench.jobs.config` with one token per tenant of the backlog, plus the late one."""
-    cfg = jobs_config(prof.jobs_profile(), fleet, jobs_dir, keeper)
-    names = {f"tenant-{i}": token(i) for i in range(prof.tokens)} | {LATE: token(-1)}
-    cfg["auth"] = {
-        "tokens": [{"name": n, "sha256": sha(t)} for n, t in names.items()],
-        "admin_tokens": [{"name": "bench-admin", "sha256": sha(ADMIN_TOKEN)}],
-    }
+def gateway_config(prof: ScaleProfile, stack: Stack) -> dict[str, Any]:
+    """The backlog's config plus the late token, the store allowed 50 GiB."""
+    cfg = prof.config(stack, stack.workdir / "jobs", {LATE: token(-1)})
     cfg["jobs"] = {**cfg["jobs"], "max_disk_bytes": 50 * 2**30}
     return cfg
 
@@ -210,14 +185,13 @@ class Run:
             if tasks:
                 await asyncio.wait(tasks, timeout=30)
 
-    async def sample(self, fleet: Any, gateway: GatewayProc, until: float) -> None:
+    async def sample(self, fleet: FleetProc, gateway: GatewayProc, until: float) -> None:
         """Every second: pages done, the gateway's memory; every 5 s the store on disk."""
         tick = 0
         while (at := self.now()) < until:
-            stats = await fleet.stats()
             point = {
                 "t": round(at, 3),
-                "pages": sum(s["pages"] for s in stats),
+                "pages": await fleet.pages(),
                 "submitted_jobs": len(self.ids) + len(self.late_jobs),
                 "rss": rss_bytes(gateway.proc.pid),
             }
@@ -246,7 +220,7 @@ class Run:
         """``kill -9`` with the backlog in the store; seconds until served and parsing again."""
         os.killpg(gateway.proc.pid, signal.SIGKILL)
         gateway.proc.wait()
-        await stack.fleet.admin("/_admin/log", {"clear": True})
+        await stack.fleet.log()
         killed = time.time()
         started = time.monotonic()
         new = await stack.start_gateway(cfg, "restarted", timeout_s=120)
@@ -262,7 +236,7 @@ class Run:
                 except OcrError:
                     await asyncio.sleep(0.05)
             await asyncio.sleep(max(0.0, self.prof.restart_watch_s - (time.monotonic() - started)))
-        log = (await stack.fleet.admin("/_admin/log", {"clear": False}))["log"]
+        log = await stack.fleet.log(clear=False)
         # a parse begun after the kill was sent by the restarted gateway (none was queued:
         # the old one's requests went with its connections)
         starts = sorted(e["start"] - killed for e in log if e["start"] > killed)
@@ -281,11 +255,11 @@ async def measure(prof: ScaleProfile, src: Path, keep: bool) -> dict[str, Any]:
     async with processes(prof.fleet, keep, src) as stack:
         fleet, keeper = stack.fleet, stack.keeper
         assert keeper is not None
-        cfg = gateway_config(prof, fleet, stack.workdir / "jobs", keeper)
+        cfg = gateway_config(prof, stack)
         gateway = await stack.start_gateway(cfg, "scale")
         url = f"http://127.0.0.1:{gateway.port}"
         run = Run(prof, stack.workdir)
-        await fleet.admin("/_admin/log", {"clear": True})
+        await fleet.log()
         meter = CpuMeter(
             {"gateway": gateway.proc.pid, "fleet": fleet.proc.pid, "keeper": keeper.proc.pid,
              "loadgen": os.getpid()}
@@ -296,7 +270,7 @@ async def measure(prof: ScaleProfile, src: Path, keep: bool) -> dict[str, Any]:
             run.bulk_submit(url), run.probes(url, end), run.sample(fleet, gateway, end)
         )
         cpu = meter.read()
-        log = (await fleet.admin("/_admin/log", {"clear": True}))["log"]
+        log = await fleet.log()
         late = await run.late_done(url)
         disk = await asyncio.to_thread(disk_bytes, run.jobs_dir)
         restart = await run.restart(gateway, cfg, stack)
@@ -321,20 +295,8 @@ async def measure(prof: ScaleProfile, src: Path, keep: bool) -> dict[str, Any]:
         )
 
 
-def export_revision(rev: str, workdir: Path) -> Path:
-    """``gateway/`` as of git revision ``rev``, in ``workdir/src-<rev>`` (for --compare)."""
-    dest = workdir / f"src-{rev.replace('/', '_')}"
-    dest.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "archive", rev, "gateway"], cwd=REPO, check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--smoke", action="store_true")
+    ap = parser("jobs_scale", __doc__, smoke="seconds (tests/bench)")
     ap.add_argument("--compare", metavar="REV", help="first run the gateway/ of git revision REV")
     ap.add_argument("--window", type=float, default=None, help="drain window (s)")
     ap.add_argument("--jobs", type=int, default=None)
@@ -342,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, nargs="?", const=REPO / "docs/img/jobs_scale.png")
     ap.add_argument("--keep-logs", action="store_true")
     args = ap.parse_args(argv)
-    prof = PROFILES["smoke" if args.smoke else "default"]
+    prof = PROFILES[profile_name(args, "smoke")]
     if args.window is not None:
         prof = replace(prof, window_s=args.window)
     if args.jobs is not None:
@@ -353,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         with sigterm_unwinds():
             sources = {"this": snapshot_gateway(srcdir)}
             if args.compare:
-                sources = {args.compare: export_revision(args.compare, srcdir), **sources}
+                sources = {args.compare: snapshot_rev(srcdir / "compare", args.compare), **sources}
             runs: dict[str, Any] = {}
             for label, src in sources.items():
                 print(f"-- gateway {label}", file=sys.stderr, flush=True)
@@ -361,19 +323,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(runs[label]["summary"])[:800], file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(srcdir, ignore_errors=True)
-    result = {
-        "meta": meta(prof.name, started, compare=args.compare),
-        "profile": {**asdict(prof), "fleet": prof.fleet.to_dict()},
-        "capacity": capacities(prof.jobs_profile()),
-        "runs": runs,
-    }
+    result = result_of(prof, started, prof.jobs_profile(), {"compare": args.compare}, runs=runs)
     result["targets"] = {label: targets(r["summary"]) for label, r in runs.items()}
-    out = args.out or RESULTS_DIR / f"jobs-scale-{prof.name}.json"
-    write_results(result, out, markdown(result))
+    write_results(
+        result, args.out or RESULTS_DIR / f"jobs-scale-{prof.name}.json", markdown(result)
+    )
     if args.plot:
         plot(result, args.plot)
         print(f"plot: {args.plot}", file=sys.stderr)
-    print(f"results: {out}", file=sys.stderr)
     return 0
 
 

@@ -15,11 +15,41 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.common import pyplot, save_figure
 from bench.jobs_docs import page_of
+from bench.jobs_report import target, verdict
 from bench.loadgen import percentile
 from bench.report import Table
 
+CPU_PARTS = ("gateway", "keeper", "fleet", "loadgen", "other")
 WARMUP_S = 10.0  # pages/s is counted from here (the fleet's first slices, the client's start)
+
+
+# the table's rows: what, a str.format template over a run's summary (with ``target``: each
+# target's value and verdict, ``cores``: its CPU by process), the target
+ROWS = (
+    ("bulk submit: s, jobs/s, p50 / p99 ms",
+     "{bulk[seconds]:.0f} s, {bulk[jobs_per_s]:.0f}/s, {bulk[p50_ms]} / {bulk[p99_ms]}", ""),
+    ("submit p99 ms while draining (probe)", "{target[submit_p99_ms]}", "< 50 ms"),
+    ("status p99 ms while draining (probe)", "{target[status_p99_ms]}", "< 10 ms"),
+    ("submit / status p99 ms during the bulk submit",
+     "{submit_bulk[p99_ms]} / {status_bulk[p99_ms]}", ""),
+    ("pages/s while draining / capacity", "{pages_per_s_drain} = {target[pages_ratio]}", ">= 0.95"),
+    ("pages/s from 10 s (bulk submit included) / capacity", "{pages_per_s_steady} = {ratio_steady}",
+     ""),
+    ("fairness while draining: Jain, min / max share",
+     "{fairness_drain[jain]}, {fairness_drain[min_share]} / {fairness_drain[max_share]}",
+     "Jain >= 0.95"),
+    ("late token's 100-page jobs: done / sent, p50 / max s",
+     "{late[done]}/{late[submitted]}, {late[p50_s]} / {late[max_s]}", ""),
+    ("gateway RSS MB: start / at bulk end / max / end",
+     "{rss_mb[start]} / {rss_mb[at_bulk_end]} / {rss_mb[max]} / {rss_mb[end]}", "bounded"),
+    ("store on disk MB (end), KB per job", "{disk_mb[end]}, {disk_mb[per_job_kb]}", ""),
+    ("restart with the backlog: status served s", "{target[restart_served_s]}", "<= 10 s"),
+    ("restart: healthy s, first parse s", "{restart[healthy_s]}, {restart[first_parse_s]}", ""),
+    ("pages done in the window, backlog left", "{pages_done}, {backlog_pages_left}", ""),
+    ("CPU cores: " + " / ".join(CPU_PARTS), "{cores}", ""),
+)  # fmt: skip
 
 
 def _latency(samples: list[tuple[float, float | None]], lo: float, hi: float) -> dict[str, Any]:
@@ -139,24 +169,16 @@ def summarize(prof: Any, capacity: dict[str, float], raw: dict[str, Any]) -> dic
 
 def targets(s: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each target of issue 24 item 3: the measured value, the bound and whether it holds."""
-
-    def check(value: float | None, bound: str, ok: bool) -> dict[str, Any]:
-        return {"value": value, "bound": bound, "ok": value is not None and ok}
-
     submit, status = s["submit_drain"]["p99_ms"], s["status_drain"]["p99_ms"]
     served, ratio = s["restart"]["status_served_s"], s["ratio_drain"]
     jain = s["fairness_drain"]["jain"]
     return {
-        "submit_p99_ms": check(submit, "< 50", submit is not None and submit < 50),
-        "status_p99_ms": check(status, "< 10", status is not None and status < 10),
-        "restart_served_s": check(served, "<= 10", served is not None and served <= 10),
-        "pages_ratio": check(ratio, ">= 0.95", ratio is not None and ratio >= 0.95),
-        "fairness_jain": check(jain, ">= 0.95", jain is not None and jain >= 0.95),
+        "submit_p99_ms": target(submit, "< 50", submit is not None and submit < 50),
+        "status_p99_ms": target(status, "< 10", status is not None and status < 10),
+        "restart_served_s": target(served, "<= 10", served is not None and served <= 10),
+        "pages_ratio": target(ratio, ">= 0.95", ratio is not None and ratio >= 0.95),
+        "fairness_jain": target(jain, ">= 0.95", jain is not None and jain >= 0.95),
     }
-
-
-def _ok(flag: bool) -> str:
-    return "pass" if flag else "FAIL"
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -175,54 +197,23 @@ def markdown(result: dict[str, Any]) -> str:
     columns = ("measured", *(f"`{label}`" for label in labels), "target")
     table = Table("jobs at scale", columns, ("left",) * len(columns))
 
-    def row(name: str, cell: Any, bound: str = "") -> None:
-        table.add(name, *(cell(runs[x]["summary"], x) for x in labels), bound)
+    def row(name: str, template: str, bound: str) -> None:
+        cells = []
+        for x in labels:
+            s = runs[x]["summary"]
+            met = {k: f"{v['value']} ({verdict(v['ok'])})" for k, v in result["targets"][x].items()}
+            cores = " / ".join(f"{s['cpu_cores'].get(k, 0):.2f}" for k in CPU_PARTS)
+            cells.append(template.format(**s, target=met, cores=cores))
+        table.add(name, *cells, bound)
 
-    def target(key: str) -> Any:
-        return lambda s, x: (
-            f"{result['targets'][x][key]['value']} ({_ok(result['targets'][x][key]['ok'])})"
-        )
-
-    row("bulk submit: s, jobs/s, p50 / p99 ms", lambda s, _: (
-        f"{s['bulk']['seconds']:.0f} s, {s['bulk']['jobs_per_s']:.0f}/s, "
-        f"{s['bulk']['p50_ms']} / {s['bulk']['p99_ms']}"))  # fmt: skip
-    row("submit p99 ms while draining (probe)", target("submit_p99_ms"), "< 50 ms")
-    row("status p99 ms while draining (probe)", target("status_p99_ms"), "< 10 ms")
-    row("submit / status p99 ms during the bulk submit", lambda s, _: (
-        f"{s['submit_bulk']['p99_ms']} / {s['status_bulk']['p99_ms']}"))  # fmt: skip
-    row("pages/s while draining / capacity", lambda s, x: (
-        f"{s['pages_per_s_drain']} = {result['targets'][x]['pages_ratio']['value']}"
-        f" ({_ok(result['targets'][x]['pages_ratio']['ok'])})"), ">= 0.95")  # fmt: skip
-    row("pages/s from 10 s (bulk submit included) / capacity",
-        lambda s, _: f"{s['pages_per_s_steady']} = {s['ratio_steady']}")  # fmt: skip
-    row("fairness while draining: Jain, min / max share", lambda s, x: (
-        f"{s['fairness_drain']['jain']}, {s['fairness_drain']['min_share']} /"
-        f" {s['fairness_drain']['max_share']}"), "Jain >= 0.95")  # fmt: skip
-    row("late token's 100-page jobs: done / sent, p50 / max s", lambda s, _: (
-        f"{s['late']['done']}/{s['late']['submitted']}, {s['late']['p50_s']} /"
-        f" {s['late']['max_s']}"))  # fmt: skip
-    row("gateway RSS MB: start / at bulk end / max / end", lambda s, _: (
-        f"{s['rss_mb']['start']} / {s['rss_mb']['at_bulk_end']} / {s['rss_mb']['max']} /"
-        f" {s['rss_mb']['end']}"), "bounded")  # fmt: skip
-    row("store on disk MB (end), KB per job",
-        lambda s, _: f"{s['disk_mb']['end']}, {s['disk_mb']['per_job_kb']}")  # fmt: skip
-    row("restart with the backlog: status served s", target("restart_served_s"), "<= 10 s")
-    row("restart: healthy s, first parse s", lambda s, _: (
-        f"{s['restart']['healthy_s']}, {s['restart']['first_parse_s']}"))  # fmt: skip
-    row("pages done in the window, backlog left",
-        lambda s, _: f"{s['pages_done']}, {s['backlog_pages_left']}")  # fmt: skip
-    row("CPU cores: gateway / keeper / fleet / loadgen / other", lambda s, _: " / ".join(
-        f"{s['cpu_cores'].get(k, 0):.2f}"
-        for k in ("gateway", "keeper", "fleet", "loadgen", "other")))  # fmt: skip
+    for name, template, bound in ROWS:
+        row(name, template, bound)
     return "\n".join([*lines, table.markdown()])
 
 
 def plot(result: dict[str, Any], out: Path) -> None:
     """Backlog and pages/s, gateway RSS, and probe latencies over the window, per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     cap = result["capacity"]["pages_per_s"]
@@ -257,7 +248,4 @@ def plot(result: dict[str, Any], out: Path) -> None:
         ax.set_xlabel("s from the first submit")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    save_figure(fig, out, dpi=100)

@@ -157,26 +157,25 @@ class Context:
             pids["keeper"] = self.keeper.proc.pid
         return CpuMeter(pids)
 
-    async def log(self, clear: bool = True) -> list[dict[str, Any]]:
-        return (await self.fleet.admin("/_admin/log", {"clear": clear}))["log"]
 
-
-async def _submit_all(
-    client: AsyncClient, pdfs: dict[int, bytes], batch: str, parallel: int = 8
+async def submit_all(
+    client: AsyncClient | list[AsyncClient], pdfs: dict[int, bytes], batch: str, parallel: int = 8
 ) -> dict[int, str]:
-    """Submit every document (``parallel`` uploads at once); doc -> job id."""
+    """Submit every document (``parallel`` uploads at once), document ``d`` through the
+    ``d % len``-th of several clients; doc -> job id."""
+    clients = client if isinstance(client, list) else [client]
     gate = asyncio.Semaphore(parallel)
     ids: dict[int, str] = {}
 
     async def one(doc: int, pdf: bytes) -> None:
         async with gate:
-            ids[doc] = await submit(client, pdf, batch)
+            ids[doc] = await submit(clients[doc % len(clients)], pdf, batch)
 
     await asyncio.gather(*(one(d, p) for d, p in pdfs.items()))
     return ids
 
 
-async def _wait_batch(
+async def wait_batch(
     client: AsyncClient, batch: str, n: int, limit_s: float, poll_s: float = 0.25
 ) -> list[dict[str, Any]]:
     """Poll a batch until its ``n`` jobs are done or failed."""
@@ -191,7 +190,7 @@ async def _wait_batch(
         await asyncio.sleep(poll_s)
 
 
-async def _check_all(
+async def check_all(
     client: AsyncClient, jobs: list[dict[str, Any]], doc_of: dict[str, int], pages: int
 ) -> dict[str, Any]:
     """Fetch every done job's result; how many are whole and in order, and what is wrong."""
@@ -218,7 +217,7 @@ async def scenario_idle(ctx: Context) -> dict[str, Any]:
         for index in range(prof.idle_runs + 1):  # the first warms the gateway up, not counted
             (doc,) = ctx.docs(1)
             pdf = numbered_pdf(doc, prof.doc_pages)
-            await ctx.log()
+            await ctx.fleet.log()
             wall0, started = time.time(), time.perf_counter()
             job_id = await submit(client, pdf)
             accepted = time.perf_counter() - started
@@ -231,7 +230,7 @@ async def scenario_idle(ctx: Context) -> dict[str, Any]:
                 if found.state == "done"
                 else found.error
             )
-            log = await ctx.log()
+            log = await ctx.fleet.log()
             sizes = slices_of(log, {doc}).get(doc, [])
             starts = [e["start"] - wall0 for e in log if e["logId"].startswith(job_id)]
             ends = [e["end"] - wall0 for e in log if e["logId"].startswith(job_id)]
@@ -262,7 +261,7 @@ async def scenario_idle(ctx: Context) -> dict[str, Any]:
             answer = await direct.post(ctx.fleet.urls[fast] + "/layout-parsing", json=body)
             whole = time.perf_counter() - started
         pages_back = len(answer.json()["result"]["layoutParsingResults"])
-    await ctx.log()
+    await ctx.fleet.log()
     latencies = sorted(r["latency_s"] for r in runs)
     median = latencies[len(latencies) // 2]
     return {
@@ -303,7 +302,7 @@ async def _interactive(
         ok, status = await ocr_once(client, one_page)
         return Outcome(ok, status, "" if ok else f"HTTP {status}")
 
-    await ctx.log()
+    await ctx.fleet.log()
     meter = ctx.cpu_meter()
     wall0 = time.time()
     submitter = asyncio.create_task(jobs()) if jobs is not None else None
@@ -314,7 +313,7 @@ async def _interactive(
     stats = summarize(result.samples, prof.mixed_warmup_s, prof.mixed_s, rate)
     stats["max_lag_s"] = round(result.max_lag_s, 4)
     busy = _busy(
-        await ctx.log(clear=False),
+        await ctx.fleet.log(clear=False),
         wall0 + prof.mixed_warmup_s,
         wall0 + prof.mixed_s,
         len(ctx.fleet.urls),
@@ -362,9 +361,9 @@ async def scenario_mixed(ctx: Context) -> dict[str, Any]:
 
         mixed = await _interactive(ctx, a, rate, submit_jobs)
         async with jobs_client(ctx.url, ADMIN_TOKEN) as admin:
-            jobs = await _wait_batch(admin, f"mixed-{prof.seed}", len(docs), limit_s=300)
-        log = await ctx.log()
-        checked = await _check_all(a, jobs, ids, prof.doc_pages)
+            jobs = await wait_batch(admin, f"mixed-{prof.seed}", len(docs), limit_s=300)
+        log = await ctx.fleet.log()
+        checked = await check_all(a, jobs, ids, prof.doc_pages)
     sizes = [n for doc_sizes in slices_of(log, set(docs)).values() for n in doc_sizes]
     p99_alone, p99_mixed = alone["one_page"]["p99"], mixed["one_page"]["p99"]
     return {
@@ -392,22 +391,18 @@ async def scenario_saturation(ctx: Context) -> dict[str, Any]:
         jobs_client(ctx.url, TOKENS["tenant-a"]) as a,
         jobs_client(ctx.url, TOKENS["tenant-b"]) as b,
     ):
-        await ctx.log()
+        await ctx.fleet.log()
         meter = ctx.cpu_meter()
         wall0 = time.time()
-        halves = (dict(list(pdfs.items())[0::2]), dict(list(pdfs.items())[1::2]))
-        parts = await asyncio.gather(
-            _submit_all(a, halves[0], batch), _submit_all(b, halves[1], batch)
-        )
+        ids = {job_id: doc for doc, job_id in (await submit_all([a, b], pdfs, batch, 16)).items()}
         submitted = time.time() - wall0
         async with jobs_client(ctx.url, ADMIN_TOKEN) as admin:
-            jobs = await _wait_batch(admin, batch, len(docs), limit_s=600)
+            jobs = await wait_batch(admin, batch, len(docs), limit_s=600)
         cpu = meter.read()
-        log = await ctx.log()
+        log = await ctx.fleet.log()
         if os.environ.get("BENCH_JOBS_DUMP"):
             Path(os.environ["BENCH_JOBS_DUMP"]).write_text(json.dumps({"t0": wall0, "log": log}))
-        ids = {job_id: doc for part in parts for doc, job_id in part.items()}
-        checked = await _check_all(a, jobs, ids, prof.doc_pages)
+        checked = await check_all(a, jobs, ids, prof.doc_pages)
     times = completion_times(log, set(docs))
     n = len(times)
     lo, hi = times[int(0.1 * n)], times[int(0.8 * n) - 1]
@@ -445,11 +440,12 @@ async def scenario_kill(ctx: Context) -> dict[str, Any]:
     pdfs = {doc: numbered_pdf(doc, prof.doc_pages) for doc in docs}
     batch = f"kill-{prof.seed}"
     total = len(docs) * prof.doc_pages
-    await ctx.log()
-    async with jobs_client(ctx.url, TOKENS["tenant-a"]) as a:
-        part_a = await _submit_all(a, dict(list(pdfs.items())[0::2]), batch)
-    async with jobs_client(ctx.url, TOKENS["tenant-b"]) as b:
-        part_b = await _submit_all(b, dict(list(pdfs.items())[1::2]), batch)
+    await ctx.fleet.log()
+    async with (
+        jobs_client(ctx.url, TOKENS["tenant-a"]) as a,
+        jobs_client(ctx.url, TOKENS["tenant-b"]) as b,
+    ):
+        ids = {job_id: doc for doc, job_id in (await submit_all([a, b], pdfs, batch)).items()}
     async with jobs_client(ctx.url, ADMIN_TOKEN) as admin:
         while True:
             jobs = await jobclient.batch(admin, batch)
@@ -463,19 +459,18 @@ async def scenario_kill(ctx: Context) -> dict[str, Any]:
     ctx.gateway.proc.wait()
     gateway = await ctx.restart("kill-restarted")
     restarted = time.time()
-    ids = {job_id: doc for part in (part_a, part_b) for doc, job_id in part.items()}
     async with jobs_client(f"http://127.0.0.1:{gateway.port}", ADMIN_TOKEN) as a:
         try:
-            jobs = await _wait_batch(a, batch, len(docs), limit_s=300)
+            jobs = await wait_batch(a, batch, len(docs), limit_s=300)
         except OcrError as exc:
             jobs = await jobclient.batch(a, batch)
             failure = str(exc)
         else:
             failure = None
         finished = time.time()
-        checked = await _check_all(a, jobs, ids, prof.doc_pages)
+        checked = await check_all(a, jobs, ids, prof.doc_pages)
     keeper_after = await ctx.keeper.stats() if ctx.keeper is not None else None
-    log = await ctx.log()
+    log = await ctx.fleet.log()
     if os.environ.get("BENCH_JOBS_DUMP"):
         Path(os.environ["BENCH_JOBS_DUMP"]).write_text(json.dumps({"t0": killed, "log": log}))
     twice = parsed_twice(log, set(docs))

@@ -37,100 +37,63 @@ Results: ``bench/results/jobs-shared-store-<profile>.json`` and the markdown pri
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import datetime as dt
 import itertools
 import math
-import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 import psycopg
 
-from bench.jobs import Stack, meta, processes, sigterm_unwinds, write_results
-from bench.jobs import config as jobs_config
+from bench.common import parser, profile_name
+from bench.jobs import BacklogProfile, Stack, processes, result_of, sigterm_unwinds, write_results
 from bench.jobs_docs import numbered_pdf
-from bench.jobs_scenarios import (
-    ADMIN_TOKEN,
-    Profile,
-    _check_all,
-    capacities,
-    jobs_client,
-    sha,
-    submit,
-)
+from bench.jobs_scenarios import ADMIN_TOKEN, check_all, jobs_client, submit_all, wait_batch
 from bench.loadgen import percentile
-from bench.procs import GatewayProc
+from bench.procs import GatewayProc, environment
 from bench.procstat import MachineMeter, cpu_s, tree, tree_cpu_s
 from bench.report import Table
 from bench.workload import FleetSpec
 from doubles.postgres_server import PostgresServer
-from fleetctl import jobclient
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SCENARIOS = ("sqlite", "postgres-1", "postgres-2")
 
 
 @dataclass(frozen=True)
-class SharedProfile:
+class SharedProfile(BacklogProfile):
     """The fleet, the backlog and the gateways' job settings of one run."""
 
-    name: str
-    fleet: FleetSpec = field(
-        default_factory=lambda: FleetSpec(n=48, slow_factors=(), request_s=0.2, page_s=0.2)
-    )
-    jobs: int = 200
-    doc_pages: int = 20
-    max_slice_pages: int = 10
-    tokens: int = 4
-    submit_parallel: int = 4
     poll_s: float = 0.5
     limit_s: float = 300.0  # a scenario that has not drained by then failed
-    lease_s: float = 6.0
-
-    def jobs_profile(self) -> Profile:
-        """The :mod:`bench.jobs` profile whose gateway config and capacity this run shares."""
-        return Profile(
-            self.name, self.fleet, doc_pages=self.doc_pages, threshold_pages=2,
-            max_slice_pages=self.max_slice_pages, lease_s=self.lease_s,
-        )  # fmt: skip
 
 
 PROFILES = {
-    "default": SharedProfile("default"),
+    "default": SharedProfile(
+        "default", FleetSpec(n=48, slow_factors=(), request_s=0.2, page_s=0.2), jobs=200,
+        tokens=4, doc_pages=20, threshold_pages=2, max_slice_pages=10,
+    ),
     "smoke": SharedProfile(
         "smoke", FleetSpec(n=4, slow_factors=(), request_s=0.02, page_s=0.01), jobs=12,
-        doc_pages=8, max_slice_pages=4, tokens=2, submit_parallel=2, poll_s=0.2, limit_s=60.0,
-        lease_s=2.0,
+        tokens=2, doc_pages=8, submit_parallel=2, threshold_pages=2, max_slice_pages=4,
+        poll_s=0.2, limit_s=60.0, lease_s=2.0,
     ),
 }  # fmt: skip
-
-
-def token(index: int) -> str:
-    return f"bench-shared-token-{index}"
 
 
 def gateway_config(
     prof: SharedProfile, stack: Stack, name: str, store_url: str | None, part: slice
 ) -> dict[str, Any]:
-    """:func:`bench.jobs.config` with the backlog's tokens, the upstreams in ``part`` and the
-    store: PostgreSQL at ``store_url``, else SQLite in a folder of this gateway's own."""
-    assert stack.keeper is not None
-    cfg = jobs_config(
-        prof.jobs_profile(), stack.fleet, stack.workdir / f"jobs-{name}", stack.keeper
-    )
+    """The backlog's config with the upstreams in ``part`` and the store: PostgreSQL at
+    ``store_url``, else SQLite in a folder of this gateway's own."""
+    cfg = prof.config(stack, stack.workdir / f"jobs-{name}")
     cfg["upstreams"] = cfg["upstreams"][part]
-    names = {f"tenant-{i}": token(i) for i in range(prof.tokens)}
-    cfg["auth"] = {
-        "tokens": [{"name": n, "sha256": sha(t)} for n, t in names.items()],
-        "admin_tokens": [{"name": "bench-admin", "sha256": sha(ADMIN_TOKEN)}],
-    }
     if store_url is not None:
         cfg["jobs"] = {k: v for k, v in cfg["jobs"].items() if k != "dir"} | {
             "store_url": store_url
@@ -189,10 +152,6 @@ def store_cost(
     }
 
 
-async def fleet_pages(stack: Stack) -> int:
-    return sum(s["pages"] for s in await stack.fleet.stats())
-
-
 async def scenario(
     prof: SharedProfile, stack: Stack, server: PostgresServer | None, gateways: int, label: str
 ) -> dict[str, Any]:
@@ -221,7 +180,7 @@ async def scenario(
         out["store_cost"] = store_cost(
             before, after, backends_s, out["cpu_s"]["store"], out["pages"]
         )
-    log = (await stack.fleet.admin("/_admin/log", {"clear": True}))["log"]
+    log = await stack.fleet.log()
     out["pages_by_gateway"] = [
         sum(len(e["pages"]) for e in log if part.start <= e["instance"] < part.stop)
         for part in parts
@@ -263,36 +222,34 @@ async def drain(
     total_pages = prof.jobs * prof.doc_pages
     pdfs = {j: numbered_pdf(j, prof.doc_pages) for j in range(prof.jobs)}
     doc_of: dict[str, int] = {}
-    await stack.fleet.admin("/_admin/log", {"clear": True})
+    await stack.fleet.log()
     pg_pid = postmaster_pid(server) if server is not None else None
     backends0 = backend_cpu(pg_pid) if pg_pid else {}
-    cpu0 = {
-        "store": tree_cpu_s(pg_pid) if pg_pid else 0.0,
-        "gateways": sum(tree_cpu_s(g.proc.pid) for g in gateways),
-    }
+
+    def cpu_so_far() -> dict[str, float]:
+        """CPU seconds so far of the PostgreSQL server's tree and of the gateways'."""
+        store = tree_cpu_s(pg_pid) if pg_pid else 0.0
+        return {"store": store, "gateways": sum(tree_cpu_s(g.proc.pid) for g in gateways)}
+
+    cpu0 = cpu_so_far()
     machine = MachineMeter()
-    pages0 = await fleet_pages(stack)
+    pages0 = await stack.fleet.pages()
     t0 = time.monotonic()
     timeline: list[tuple[float, int]] = []
 
     async def tenant(index: int) -> None:
-        mine = [j for j in range(prof.jobs) if j % prof.tokens == index]
-        clients = [jobs_client(u, token(index), timeout_s=300) for u in urls]
-        try:
-
-            async def uploader() -> None:
-                while mine:
-                    j = mine.pop()
-                    doc_of[await submit(clients[j % len(clients)], pdfs[j], batch)] = j
-
-            await asyncio.gather(*(uploader() for _ in range(prof.submit_parallel)))
+        mine = {j: pdfs[j] for j in range(prof.jobs) if j % prof.tokens == index}
+        clients = [jobs_client(u, prof.token(index), timeout_s=300) for u in urls]
+        try:  # job j through urls[j % len(urls)]
+            ids = await submit_all(clients, mine, batch, prof.submit_parallel)
+            doc_of.update({job_id: j for j, job_id in ids.items()})
         finally:
             for client in clients:
                 await client.aclose()
 
     async def sample(done: asyncio.Event) -> None:
         while not done.is_set():
-            timeline.append((time.monotonic() - t0, await fleet_pages(stack) - pages0))
+            timeline.append((time.monotonic() - t0, await stack.fleet.pages() - pages0))
             await asyncio.sleep(0.25)
 
     finished = asyncio.Event()
@@ -300,24 +257,16 @@ async def drain(
     await asyncio.gather(*(tenant(i) for i in range(prof.tokens)))
     submitted_s = time.monotonic() - t0
     async with jobs_client(urls[0], ADMIN_TOKEN, timeout_s=60) as admin:
-        while True:
-            jobs = await jobclient.batch(admin, batch)
-            if len(jobs) >= prof.jobs and all(j["state"] in ("done", "failed") for j in jobs):
-                break
-            if time.monotonic() - t0 > prof.limit_s:
-                raise RuntimeError(f"{label}: not drained after {prof.limit_s:.0f}s")
-            await asyncio.sleep(prof.poll_s)
+        left_s = prof.limit_s - (time.monotonic() - t0)
+        jobs = await wait_batch(admin, batch, prof.jobs, left_s, prof.poll_s)
         drained_s = time.monotonic() - t0
-        cpu = {
-            "store": (tree_cpu_s(pg_pid) if pg_pid else 0.0) - cpu0["store"],
-            "gateways": sum(tree_cpu_s(g.proc.pid) for g in gateways) - cpu0["gateways"],
-        }
+        cpu = {k: v - cpu0[k] for k, v in cpu_so_far().items()}
         busy = machine.read()
         backends = backend_cpu(pg_pid) if pg_pid else {}
         finished.set()
         await sampler
-        timeline.append((drained_s, await fleet_pages(stack) - pages0))
-        check = await _check_all(admin, jobs, doc_of, prof.doc_pages)
+        timeline.append((drained_s, await stack.fleet.pages() - pages0))
+        check = await check_all(admin, jobs, doc_of, prof.doc_pages)
     pages = timeline[-1][1]
     return {
         "gateways": len(urls),
@@ -376,7 +325,6 @@ def markdown(result: dict[str, Any]) -> str:
         ("scenario", "pages/s draining", "of capacity", "drain (s)", "jobs whole",
          "pages per gateway", "idle between slices p50 / p90 (ms)",
          "store CPU ms/page", "gateways CPU ms/page", "machine busy (cores)"),
-        ("left", *("right",) * 9),
     )  # fmt: skip
     names = {"sqlite": "1 gateway, SQLite", "postgres-1": "1 gateway, PostgreSQL",
              "postgres-2": "2 gateways, one PostgreSQL"}  # fmt: skip
@@ -399,7 +347,6 @@ def markdown(result: dict[str, Any]) -> str:
         "the PostgreSQL store's cost per page",
         ("scenario", "transactions", "rows written", "WAL bytes", "backends CPU ms",
          "background CPU ms", "database at the end (MB)"),
-        ("left", *("right",) * 6),
     )  # fmt: skip
     for label, s in result["scenarios"].items():
         if (c := s.get("store_cost")) is not None:
@@ -416,32 +363,18 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--smoke", action="store_true")
+    ap = parser("jobs_shared_store", __doc__, smoke="seconds (tests/bench)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--keep-logs", action="store_true")
     args = ap.parse_args(argv)
-    prof = PROFILES["smoke" if args.smoke else "default"]
+    prof = PROFILES[profile_name(args, "smoke")]
     started = dt.datetime.now(dt.UTC)
-    previous = os.environ.get("GATEWAY_WORKERS")
-    os.environ["GATEWAY_WORKERS"] = "1"  # read by python -m gateway
-    try:
-        with sigterm_unwinds():
-            measured = asyncio.run(measure(prof, args.keep_logs))
-    finally:
-        if previous is None:
-            os.environ.pop("GATEWAY_WORKERS", None)
-        else:
-            os.environ["GATEWAY_WORKERS"] = previous
-    result = {
-        "meta": meta(prof.name, started, gateway_workers=1),
-        "profile": {**asdict(prof), "fleet": prof.fleet.to_dict()},
-        "capacity": capacities(prof.jobs_profile()),
-        "scenarios": measured,
-    }
+    with sigterm_unwinds(), environment(GATEWAY_WORKERS="1"):  # read by python -m gateway
+        measured = asyncio.run(measure(prof, args.keep_logs))
+    meta_extra = {"gateway_workers": 1}
+    result = result_of(prof, started, prof.jobs_profile(), meta_extra, scenarios=measured)
     out = args.out or RESULTS_DIR / f"jobs-shared-store-{prof.name}.json"
     write_results(result, out, markdown(result))
-    print(f"results: {out}", file=sys.stderr)
     return 0
 
 

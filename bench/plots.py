@@ -15,11 +15,12 @@ Install: ``pip install -e '.[bench]'``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from bench.common import parser, path_or_none, pyplot, save_figure, unavailable
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_BY_SIZE = "proxy_cpu_by_size.png"
@@ -51,33 +52,9 @@ POLICY_COLORS = {
 _MINOR = {2.0, 3.0, 5.0, 20.0, 30.0, 50.0}  # seconds labelled between the powers of ten
 
 
-def unavailable() -> str:
-    """Why no plot can be drawn here, or "" if matplotlib imports."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return "matplotlib is not installed (pip install -e '.[bench]')"
-    return ""
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    return path
-
-
 def plot_cpu_by_size(results: dict[str, Any], path: Path) -> Path:
     """CPU ms per request against document bytes; one panel per concurrency."""
-    plt = _pyplot()
+    plt = pyplot()
     cells = [c for c in results["cells"] if c.get("cpu_ms") is not None and "failed" not in c]
     concs = sorted({c["concurrency"] for c in results["cells"]})
     fig, axes = plt.subplots(
@@ -126,77 +103,61 @@ def plot_cpu_by_size(results: dict[str, Any], path: Path) -> Path:
     fig.suptitle(
         f"CPU per request, nginx against the gateway\n({m['date'][:10]}, {at})", fontsize=10
     )
-    fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)
+
+
+def p99_lines(ax: Any, loads: dict[str, Any], styles: dict[str, dict[str, Any]]) -> None:
+    """On ``ax``, for each row name of ``styles`` (its ``label``, ``color`` and other line
+    settings): its p99 against the load (``loads``: percentage -> ``{"rows": {name: summary}}``),
+    a point whose p99 is a lower bound (requests still open at the cut-off) with an open marker."""
+    for name, style in styles.items():
+        pts = [
+            (float(k), row["p99"], bool(row.get("p99_censored")))
+            for k in sorted(loads, key=float)
+            if (row := loads[k]["rows"].get(name)) and row.get("p99") is not None
+        ]
+        if not pts:
+            continue
+        xs, ys, _ = zip(*pts, strict=True)
+        ax.plot(xs, ys, **{"marker": None, **style})
+        for x, y, censored in pts:
+            face = "white" if censored else style["color"]
+            marker = style.get("marker") or "o"
+            ax.plot(
+                x, y, marker=marker, color=style["color"], markerfacecolor=face, linestyle="none"
+            )
 
 
 def plot_p99_by_load(results: dict[str, Any], path: Path) -> Path:
     """p99 latency against offered load for each policy of ``python -m bench.balancing``."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter
 
     loads = results["balancing"]["loads"]
-    keys = sorted(loads, key=float)
-    policies = [*IDEAL_LINES, *results["meta"]["policies"]]
+    default = results["meta"].get("default_policy")
+    styles = {
+        name: {"label": label, "color": color, "linestyle": line}
+        for name, (label, color, line) in IDEAL_LINES.items()
+    }
+    for i, name in enumerate(results["meta"]["policies"], start=len(IDEAL_LINES)):
+        color = POLICY_COLORS.get(name, f"C{i}")
+        styles[name] = {"label": name, "color": color, "linewidth": 2.5 if name == default else 1.5}
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    for i, name in enumerate(policies):
-        pts = []
-        for k in keys:
-            row = loads[k]["rows"].get(name)
-            if row and "failed" not in row and row.get("p99") is not None:
-                pts.append((float(k), row["p99"], bool(row.get("p99_censored"))))
-        if not pts:
-            continue
-        style = IDEAL_LINES.get(name)
-        color = style[1] if style else POLICY_COLORS.get(name, f"C{i}")
-        xs, ys, _ = zip(*pts, strict=True)
-        ax.plot(
-            xs,
-            ys,
-            color=color,
-            linestyle=style[2] if style else "-",
-            marker="o" if len(pts) == 1 else None,
-            linewidth=2.5 if name == results["meta"].get("default_policy") else 1.5,
-            label=style[0] if style else name,
-        )
-        for x, y, censored in pts:
-            ax.plot(
-                x,
-                y,
-                marker="o",
-                color=color,
-                markerfacecolor="white" if censored else color,
-                linestyle="none",
-            )
+    p99_lines(ax, loads, styles)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}" if v in _MINOR else ""))
-    ax.set_xticks([float(k) for k in keys])
+    ax.set_xticks(sorted(float(k) for k in loads))
     ax.set_xlabel("offered load (% of the fleet's capacity)")
     ax.set_ylabel("p99 latency (s)")
     ax.set_title("p99 against load by policy (open marker: a lower bound)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", ncols=2)
-    fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
-
-
-def _maybe(path_arg: str | None, default: Path) -> Path | None:
-    if path_arg is None:
-        return default
-    return None if path_arg == "none" else Path(path_arg)
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.plots",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = parser("plots", __doc__)
     ap.add_argument("--proxy-cpu", help="bench.proxy_cpu results, or none")
     ap.add_argument("--balancing", help="bench.balancing results, or none")
     ap.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
@@ -206,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.plots: {why}", file=sys.stderr)
         return 2
     jobs = (
-        (_maybe(args.proxy_cpu, DEFAULT_PROXY_CPU), plot_cpu_by_size, CPU_BY_SIZE),
-        (_maybe(args.balancing, DEFAULT_BALANCING), plot_p99_by_load, P99_BY_LOAD),
+        (path_or_none(args.proxy_cpu, DEFAULT_PROXY_CPU), plot_cpu_by_size, CPU_BY_SIZE),
+        (path_or_none(args.balancing, DEFAULT_BALANCING), plot_p99_by_load, P99_BY_LOAD),
     )
     for src, plot, name in jobs:
         if src is None:

@@ -15,8 +15,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -61,6 +63,14 @@ class FleetProc:
     async def stats(self) -> list[dict]:
         return (await self.admin("/_admin/stats"))["instances"]
 
+    async def log(self, clear: bool = True) -> list[dict]:
+        """Every instance's parse log (``bench/fleet.py``), emptied when ``clear``."""
+        return (await self.admin("/_admin/log", {"clear": clear}))["log"]
+
+    async def pages(self) -> int:
+        """The pages every instance has parsed so far."""
+        return sum(s["pages"] for s in await self.stats())
+
     def stop(self) -> None:
         stop_process(self.proc)
 
@@ -74,6 +84,52 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM to the process group ``proc`` leads (its session, see :func:`spawn`), SIGKILL if
+    it is still there after ``grace_s``."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def spawn(cmd: list[str], log_path: Path, **popen: Any) -> subprocess.Popen:
+    """``cmd`` in a session of its own (a group :func:`stop_group` stops whole), stdin closed,
+    stdout and stderr in ``log_path``."""
+    with open(log_path, "w") as log:
+        return subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, **popen,
+        )  # fmt: skip
+
+
+def log_tail(path: Path, n: int = 30) -> str:
+    """The last ``n`` lines of a process's log ("" if there is none)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+async def until_healthy(
+    url: str, proc: subprocess.Popen, timeout_s: float, name: str, log_path: Path
+) -> None:
+    """:func:`wait_healthy`; a RuntimeError with the end of the log if ``proc`` exits or does
+    not answer in time (then it is stopped)."""
+    try:
+        if await wait_healthy(url, proc, timeout_s, name):
+            return
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}:\n{log_tail(log_path)}") from None
+    stop_group(proc, 5.0)
+    raise RuntimeError(f"{name} not healthy after {timeout_s}s:\n{log_tail(log_path)}")
 
 
 def start_fleet(spec: FleetSpec) -> FleetProc:
@@ -141,21 +197,10 @@ class GatewayProc:
     config_path: Path
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:  # no need for a graceful drain: the run is over and measured
-                self.proc.wait(0.3)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc, 0.3)  # no need for a graceful drain: the run is over and measured
 
     def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        return log_tail(self.log_path, n)
 
 
 def snapshot_gateway(workdir: Path) -> Path:
@@ -180,6 +225,22 @@ def gateway_env(src: Path | None) -> dict[str, str]:
     if src is not None:
         env["PYTHONPATH"] = str(src)
     return env
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """``values`` in ``os.environ`` for the processes started meanwhile (``GATEWAY_WORKERS``
+    for every ``python -m gateway``), the previous environment restored afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def gateway_import_error(src: Path) -> str | None:
@@ -209,11 +270,7 @@ def launch_gateway(
     port = free_port()
     cmd = [sys.executable, "-m", "gateway", "--config", str(cfg_path)]
     cmd += ["--host", "127.0.0.1", "--port", str(port), *extra_args]
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            cmd, cwd=src or REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=gateway_env(src), start_new_session=True,
-        )  # fmt: skip
+    proc = spawn(cmd, log_path, cwd=src or REPO, env=gateway_env(src))
     return proc, port, log_path, cfg_path
 
 
@@ -222,14 +279,8 @@ async def start_gateway(
 ) -> GatewayProc:
     """:func:`launch_gateway`, healthy when this returns."""
     proc, port, log_path, cfg_path = launch_gateway(cfg, workdir, name, src)
-    gw = GatewayProc(proc, port, log_path, cfg_path)
-    try:
-        if await wait_healthy(f"http://127.0.0.1:{port}/health", proc, timeout_s, "gateway"):
-            return gw
-    except RuntimeError as exc:
-        raise RuntimeError(f"{exc}:\n{gw.log_tail()}") from None
-    gw.stop()
-    raise RuntimeError(f"gateway not healthy after {timeout_s}s:\n{gw.log_tail()}")
+    await until_healthy(f"http://127.0.0.1:{port}/health", proc, timeout_s, "gateway", log_path)
+    return GatewayProc(proc, port, log_path, cfg_path)
 
 
 async def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, name: str) -> bool:
@@ -275,23 +326,13 @@ async def start_keeper(
 ) -> KeeperProc:
     """A slice keeper for ``urls`` on a free loopback port, healthy when this returns."""
     port = free_port()
-    env = gateway_env(src)
     log_path = workdir / "keeper.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.keeper", "--upstreams", ",".join(urls),
-             "--host", "127.0.0.1", "--port", str(port)],
-            cwd=src or REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True,
-        )  # fmt: skip
+    cmd = [sys.executable, "-m", "gateway.keeper", "--upstreams", ",".join(urls)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    proc = spawn(cmd, log_path, cwd=src or REPO, env=gateway_env(src))
     keeper = KeeperProc(proc, port, log_path)
-    try:
-        if await wait_healthy(keeper.url + "/health", proc, timeout_s, "keeper"):
-            return keeper
-    except RuntimeError as exc:
-        raise RuntimeError(f"{exc}:\n{log_path.read_text()[-2000:]}") from None
-    keeper.stop()
-    raise RuntimeError(f"keeper not healthy after {timeout_s}s")
+    await until_healthy(keeper.url + "/health", proc, timeout_s, "keeper", log_path)
+    return keeper
 
 
 def tmpdir() -> Path:

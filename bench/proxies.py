@@ -31,14 +31,13 @@ import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.procs import free_port, launch_gateway
+from bench.procs import free_port, launch_gateway, log_tail, snapshot_gateway, spawn, stop_group
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -121,10 +120,7 @@ class ProxyProc:
         return self.proc.pid
 
     def log_tail(self, n: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        return log_tail(self.log_path, n)
 
     def wait_ready(self, path: str, timeout_s: float) -> None:
         """Until ``path`` answers 200 (or, for path "", any HTTP status)."""
@@ -141,15 +137,7 @@ class ProxyProc:
         raise RuntimeError(f"{self.name} not ready after {timeout_s} s:\n{self.log_tail()}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc, 5.0)
 
 
 # ------------------------------------------------------------------------------ nginx
@@ -249,15 +237,8 @@ def run_nginx(folder: Path, config: str, port: int, name: str) -> ProxyProc:
     conf = folder / "nginx.conf"
     conf.write_text(config)
     log_path = folder / "stderr.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [exe, "-p", str(folder), "-e", str(folder / "error.log"), "-c", str(conf), *FOREGROUND],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    ng = ProxyProc(name, proc, port, log_path)
+    cmd = [exe, "-p", str(folder), "-e", str(folder / "error.log"), "-c", str(conf), *FOREGROUND]
+    ng = ProxyProc(name, spawn(cmd, log_path), port, log_path)
     ng.wait_ready("", 15.0)
     return ng
 
@@ -301,7 +282,10 @@ def start_gateway(
 
 
 def snapshot_rev(workdir: Path, rev: str) -> Path:
-    """``gateway/`` as of the git revision ``rev``, in ``workdir/src`` (as snapshot_gateway)."""
+    """``gateway/`` as of the git revision ``rev``, in ``workdir/src`` (as snapshot_gateway);
+    the working tree's for ``rev`` ""."""
+    if not rev:
+        return snapshot_gateway(workdir)
     r = subprocess.run(
         ["git", "-C", str(REPO), "archive", rev, "gateway"], capture_output=True, timeout=60
     )

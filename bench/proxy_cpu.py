@@ -23,13 +23,9 @@ Results: ``bench/results/proxy_cpu.json``, the tables in docs/benchmarks.md (bet
 
 from __future__ import annotations
 
-import argparse
 import base64
-import datetime as dt
 import json
 import math
-import os
-import platform
 import random
 import shlex
 import shutil
@@ -39,8 +35,9 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from bench.common import log, parser, path_or_none, profile_name, run_meta, write_json
 from bench.cpu_cell import ROUTES, Endpoint, WindowSpec, run_cell
-from bench.procs import gateway_config, gateway_import_error, snapshot_gateway, start_fleet
+from bench.procs import gateway_config, gateway_import_error, start_fleet
 from bench.procstat import tree
 from bench.proxies import (
     ProxyProc,
@@ -117,10 +114,6 @@ PROFILES = {
 }
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
 # ------------------------------------------------------------------------------ documents
 
 
@@ -180,7 +173,7 @@ def run(prof: Profile, keep_logs: bool = False) -> dict:
     t_start = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="bench-proxy-cpu-"))
     rev = prof.gateway_rev
-    src = snapshot_rev(workdir, rev) if rev else snapshot_gateway(workdir)
+    src = snapshot_rev(workdir, rev)
     err = gateway_import_error(src)
     if err:
         raise SystemExit(f"gateway/ does not import: {err}")
@@ -280,21 +273,17 @@ def brief(c: dict) -> str:
 
 
 def _meta(prof: Profile, policy: str, sources: dict, cfg: dict) -> dict:
-    return {
-        "profile": prof.name,
-        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "cpus": os.cpu_count(),
-        "machine": platform.platform(),
-        "python": platform.python_version(),
-        "nginx": nginx_version(),
-        "gateway_sources": sources,
-        "gateway_revision": gateway_revision(prof.gateway_rev),
-        "gateway_policy": policy,
-        "gateway_args": list(prof.gateway_args),
-        "gateway_config": {k: v for k, v in cfg.items() if k != "upstreams"},
-        "settings": asdict(prof),
-        "sizes": {s: SIZES[s] for s in prof.sizes},
-    }
+    return run_meta(
+        prof.name,
+        nginx=nginx_version(),
+        gateway_sources=sources,
+        gateway_revision=gateway_revision(prof.gateway_rev),
+        gateway_policy=policy,
+        gateway_args=list(prof.gateway_args),
+        gateway_config={k: v for k, v in cfg.items() if k != "upstreams"},
+        settings=asdict(prof),
+        sizes={s: SIZES[s] for s in prof.sizes},
+    )
 
 
 # ------------------------------------------------------------------------------ targets
@@ -351,8 +340,7 @@ def publish(results: dict, out: Path | None, docs: Path | None, img_dir: Path | 
     from bench.proxy_cpu_report import build_report, print_report, update_docs
 
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=1) + "\n")
+        write_json(out, results)
         log(f"results written to {out}")
     report = build_report(results)
     print_report(report)
@@ -384,19 +372,8 @@ def measured_command(argv: list[str]) -> str:
     return " ".join(["python -m bench.proxy_cpu", *map(shlex.quote, kept)])
 
 
-def _path_arg(value: str | None, default: Path | None) -> Path | None:
-    if value is None:
-        return default
-    return None if value == "none" else Path(value)
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.proxy_cpu",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    ap.add_argument("--smoke", action="store_true", help="seconds: 4 upstreams, 2 small sizes")
+    ap = parser("proxy_cpu", __doc__, smoke="seconds: 4 upstreams, 2 small sizes")
     ap.add_argument("--check", action="store_true", help="exit 1 if a CPU target is missed")
     ap.add_argument("--from", dest="from_file", type=Path, help="report a results file, no run")
     ap.add_argument("--sizes", help="comma-separated subset of: " + ", ".join(SIZES))
@@ -415,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-logs", action="store_true", help="keep the configs and logs")
     raw_argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(raw_argv)
-    prof = PROFILES["smoke" if args.smoke else "default"]
+    prof = PROFILES[profile_name(args, "smoke")]
     changes: dict = {}
     if args.sizes:
         sizes = tuple(s.strip() for s in args.sizes.split(","))
@@ -453,8 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     partial = prof.name == "smoke" or bool(args.sizes or args.concurrency or args.seconds)
     partial = partial or args.no_nginx
     prof = replace(prof, **changes)
-    docs = _path_arg(args.docs, None if partial else DOCS)
-    img_dir = _path_arg(args.img_dir, None if partial else IMG_DIR)
+    docs = path_or_none(args.docs, None if partial else DOCS)
+    img_dir = path_or_none(args.img_dir, None if partial else IMG_DIR)
     if args.from_file:
         results = json.loads(args.from_file.read_text())
         results["targets"] = evaluate_targets(results["cells"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +174,6 @@ def _cpu_table(results: Results) -> Table:
     t = Table(
         "CPU per request (ms): nginx against the gateway",
         ("document", "c", *names),
-        ("left", *["right"] * (len(names) + 1)),
         note="CPU of the whole process tree (nginx: master and workers; the gateway: every "
         "process) over the window, divided by the requests that reached the upstreams.",
     )
@@ -195,60 +195,57 @@ def _split(c: dict | None) -> str:
     return f"{c['cpu_ms'] - c['sys_ms']:.3f} / {c['sys_ms']:.3f}"
 
 
+def _grid_table(
+    results: Results,
+    title: str,
+    cols: list[tuple[str, str, str]],
+    show: Callable[[dict | None, str, int], str],
+    note: str = "",
+) -> Table:
+    """A row per (document, c), a column per (label, target, route) of ``cols``: what
+    ``show(cell, size, c)`` makes of its cell."""
+    cells = results["cells"]
+    t = Table(
+        title,
+        ("document", "c", *(label for label, _, _ in cols)),
+        note=note,
+    )
+    for size, conc in _grid(results):
+        shown = [
+            show(cell(cells, target, route, size, conc), size, conc) for _, target, route in cols
+        ]
+        t.add(_size(size, cells), str(conc), *shown)
+    return t
+
+
 def _kernel_table(results: Results) -> list[Table]:
     """User / kernel ms per request of each proxy route: a lone request costs every proxy
     the same wake-ups in the kernel (nginx too), which the user part does not show."""
-    cells = results["cells"]
-    if not any("sys_ms" in c for c in cells):
+    if not any("sys_ms" in c for c in results["cells"]):
         return []
-    cols = _columns(cells)
-    t = Table(
-        "CPU per request (ms): in the process / in the kernel",
-        ("document", "c", *(label for label, _, _ in cols)),
-        ("left", *["right"] * (len(cols) + 1)),
-        note="The same windows as above: user time, then system time (the kernel's work for "
-        "the process: its sockets, its wake-ups), of the whole process tree.",
+    title = "CPU per request (ms): in the process / in the kernel"
+    note = (
+        "The same windows as above: user time, then system time (the kernel's work for "
+        "the process: its sockets, its wake-ups), of the whole process tree."
     )
-    for size, conc in _grid(results):
-        row = [_size(size, cells), str(conc)]
-        row += [_split(cell(cells, target, route, size, conc)) for _, target, route in cols]
-        t.add(*row)
-    return [t]
+    cols = _columns(results["cells"])
+    return [_grid_table(results, title, cols, lambda c, *_: _split(c), note)]
 
 
 def _latency_table(results: Results) -> Table:
-    cells = results["cells"]
-    cols = [("direct to the fleet", "direct", "/layout-parsing"), *_columns(cells)]
-    t = Table(
-        "Latency p50 / p99 (wrk) and throughput (steady window), c requests in flight",
-        ("document", "c", *[label for label, _, _ in cols]),
-        ("left", *["right"] * (len(cols) + 1)),
-    )
-    for size, conc in _grid(results):
-        t.add(
-            _size(size, cells),
-            str(conc),
-            *[_lat(cell(cells, target, route, size, conc)) for _, target, route in cols],
-        )
-    return t
+    cols = [("direct to the fleet", "direct", "/layout-parsing"), *_columns(results["cells"])]
+    title = "Latency p50 / p99 (wrk) and throughput (steady window), c requests in flight"
+    return _grid_table(results, title, cols, lambda c, *_: _lat(c))
 
 
 def _added_table(results: Results) -> Table:
     cells = results["cells"]
-    cols = _columns(cells)
-    t = Table(
-        "Latency added over the fleet answered directly (p50 / p99)",
-        ("document", "c", *[label for label, _, _ in cols]),
-        ("left", *["right"] * (len(cols) + 1)),
-    )
-    for size, conc in _grid(results):
-        direct = cell(cells, "direct", "/layout-parsing", size, conc)
-        t.add(
-            _size(size, cells),
-            str(conc),
-            *[_added(cell(cells, target, route, size, conc), direct) for _, target, route in cols],
-        )
-    return t
+
+    def added(c: dict | None, size: str, conc: int) -> str:
+        return _added(c, cell(cells, "direct", "/layout-parsing", size, conc))
+
+    title = "Latency added over the fleet answered directly (p50 / p99)"
+    return _grid_table(results, title, _columns(cells), added)
 
 
 def print_report(report: Report) -> None:

@@ -45,11 +45,14 @@ class Table:
 
     title: str
     columns: tuple[str, ...]
-    align: tuple[Align, ...]
+    align: tuple[Align, ...] = ()
+    """By default a label column, left-aligned, then numbers, right-aligned."""
     rows: list[tuple[str, ...]] = field(default_factory=list)
     note: str = ""
 
     def __post_init__(self) -> None:
+        if not self.align:
+            object.__setattr__(self, "align", _aligns(1, len(self.columns) - 1))
         if len(self.align) != len(self.columns):
             raise ValueError(f"{self.title}: {len(self.columns)} columns, {len(self.align)} aligns")
 
@@ -181,7 +184,6 @@ def _load_table(load: str, blk: dict[str, Any], order: list[str]) -> Table:
             "to slow instances",
             "CPU gateway / fleet / loadgen / other",
         ),
-        _aligns(1, 8),
     )
     for name in order:
         s = blk["rows"].get(name)
@@ -259,7 +261,6 @@ def _overhead_table(s3: dict[str, Any]) -> Table:
             "p99 at that rate",
             "gateway CPU then",
         ),
-        _aligns(1, 7),
         note=_closed_loop_note(s3["policies"]),
     )
     d = s3["direct"]

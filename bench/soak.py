@@ -38,6 +38,7 @@ from typing import Any
 
 from PIL import Image
 
+from bench.common import pyplot, save_figure
 from bench.report import Table
 from bench.rollout.load import percentile, png_bytes
 from fleetctl.client import AsyncClient, OcrError, RetryPolicy
@@ -310,10 +311,7 @@ def soak(
 
 
 def plot_memory(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for role, color in (("gateway", "tab:blue"), ("keeper", "tab:green")):
@@ -327,9 +325,7 @@ def plot_memory(result: dict[str, Any], path: Path) -> None:
     ax.set_ylim(bottom=0)
     ax.legend()
     ax.set_title("Soak: gateway and keeper memory")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
 
 
 def markdown(result: dict[str, Any]) -> str:

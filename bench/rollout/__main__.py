@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.common import parser, write_json
 from bench.rollout.fleet import ALL_AT_ONCE, SCENARIOS, BenchFleet, Shape
 from bench.rollout.measure import measure
 from bench.rollout.report import markdown, plot_capacity, update_docs
@@ -62,11 +63,7 @@ def _path(value: str) -> Path | None:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.rollout",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = parser("rollout", __doc__)
     ap.add_argument("--cards", type=_counts, default=[2, 3], help="card counts (default 2,3)")
     ap.add_argument("--scenarios", type=_scenarios, default=list(SCENARIOS),
                     help="changes among a,b,c,d (default all)")  # fmt: skip
@@ -159,8 +156,7 @@ def _line(r: dict[str, Any]) -> str:
 
 def _write(results: dict[str, Any], out: Path | None) -> None:
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=1) + "\n")
+        write_json(out, results)
 
 
 def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

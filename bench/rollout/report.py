@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from bench.common import pyplot, save_figure
 from bench.report import Report, Table, fmt_latency, render_markdown
 from bench.rollout.fleet import ALL_AT_ONCE, SCENARIOS
 
@@ -106,10 +107,7 @@ def update_docs(path: Path, results: dict[str, Any]) -> str:
 def plot_capacity(results: dict[str, Any], path: Path) -> Path:
     """Instances serving against seconds since the change began: one panel per change, a line
     per card count and mode, the rolling target dotted."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     records = results["records"]
     scenarios = [s for s in SCENARIOS if any(r["scenario"] == s for r in records)]
@@ -147,8 +145,4 @@ def plot_capacity(results: dict[str, Any], path: Path) -> Path:
         "end)",
         fontsize=9,
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
