@@ -1,0 +1,148 @@
+"""Instructions per request of gateway revisions, counted by valgrind: the gateway's CPU cost
+per request in a unit that the rest of the machine does not disturb.
+
+CPU time per request drifts by tens of percent on a shared machine (``bench.cpu_ab`` measures
+it in interleaved rounds and still sees +-5 % between two runs of one revision); the number of
+instructions a process executes for the same requests does not drift. Each variant's gateway
+(one worker, ``PYTHONHASHSEED`` fixed) runs under cachegrind with its cache simulation off, so
+only instructions are counted; every run gets the same warm-up (20 requests of each route and
+size), then serves ``n`` requests of one cell, and the count per request is the difference to a
+run that serves none after the warm-up, divided by ``n`` (start-up, warm-up and shut-down
+cancel out). Under valgrind the gateway runs 30-50x slower, so the requests are few; the
+variation between two runs of one revision is below 0.5 %.
+
+    python -m bench.instructions --revs 36addbe,HEAD              # pass and ocr, tiny and 1 MB
+    python -m bench.instructions --revs 36addbe, --sizes tiny     # '': the working tree
+
+Needs ``valgrind``; the fleet is the zero-latency sim fleet of ``bench.cpu_ab``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.common import log, run_meta, write_json
+from bench.cpu_cell import ROUTES
+from bench.procs import free_port, gateway_config, gateway_env, spawn, start_fleet, stop_group
+from bench.proxies import gateway_revision, snapshot_rev
+from bench.proxy_cpu import bodies, document
+from bench.report import Table
+from bench.workload import FleetSpec
+
+WARM_UP = 20  # requests of every route and size before anything is counted
+REQUESTS = {"tiny": 600, "1 MB": 120}  # counted requests per cell, by document size
+
+
+Request = tuple[str, bytes]
+"""A route's name (``bench.cpu_cell.ROUTES``) and a body."""
+
+
+def count(src: Path, cfg_path: Path, requests: list[Request], workdir: Path) -> int:
+    """Instructions the gateway of ``src`` executes from its start to its exit, having served
+    ``requests``."""
+    out = workdir / f"cachegrind-{len(list(workdir.glob('cachegrind-*')))}.out"
+    port = free_port()
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"]
+    cmd += [sys.executable, "-m", "gateway", "--config", str(cfg_path), "--workers", "1"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    env = {**gateway_env(src), "PYTHONHASHSEED": "0"}
+    proc = spawn(cmd, out.with_suffix(".log"), cwd=src, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(timeout=300, trust_env=False) as client:
+            _wait_ready(client, url, proc)
+            for route, body in requests:
+                answer = client.post(url + ROUTES[route], content=body)
+                if answer.status_code != 200:
+                    raise SystemExit(f"{route}: HTTP {answer.status_code} {answer.text[:200]}")
+    finally:
+        stop_group(proc, 300)
+    found = re.search(r"^summary: (\d+)", out.read_text(), re.M)
+    if found is None:
+        raise SystemExit(f"no instruction count in {out}")
+    return int(found.group(1))
+
+
+def _wait_ready(client: httpx.Client, url: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 300  # Python's start-up under valgrind: about 40 s here
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the gateway exited under valgrind ({url})")
+        with contextlib.suppress(httpx.TransportError):
+            if client.get(url + "/health").status_code == 200:
+                return
+        time.sleep(0.5)
+    raise SystemExit(f"the gateway did not answer under valgrind within 300 s ({url})")
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Per revision and cell, the instructions per request."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    workdir = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
+    fleet = start_fleet(FleetSpec(n=48, slow_factors=(), zero_latency=True))
+    extra = {"health": {"enabled": False}, "reload": {"enabled": False}}
+    cfg_path = workdir / "gateway.json"
+    cfg_path.write_text(json.dumps(gateway_config(fleet.urls, "queue", extra)))
+    docs = {size: bodies(document(size)) for size in args.sizes}
+    warm = [(route, docs[size][route]) for size in args.sizes for route in args.routes] * WARM_UP
+    cells: dict[str, dict[str, float]] = {}
+    try:
+        for rev in args.revs:
+            name = rev or "worktree"
+            src = snapshot_rev(workdir / name, rev)
+            base = count(src, cfg_path, warm, workdir)
+            for size in args.sizes:
+                for route in args.routes:
+                    n = REQUESTS.get(size, 100)
+                    total = count(src, cfg_path, warm + [(route, docs[size][route])] * n, workdir)
+                    per = (total - base) / n
+                    cells.setdefault(f"{route} {size}", {})[name] = per
+                    log(f"{name} {route} {size}: {per:,.0f} instructions a request")
+    finally:
+        fleet.stop()
+    names = [rev or "worktree" for rev in args.revs]
+    revisions = {rev or "worktree": gateway_revision(rev) for rev in args.revs}
+    return {"meta": run_meta("default", revisions=revisions), "names": names, "cells": cells}
+
+
+def report(result: dict) -> str:
+    """Instructions per request of each variant, and each against the first."""
+    names = result["names"]
+    head = ["route, document", *(f"`{n}`" for n in names)]
+    head += [f"`{n}` / `{names[0]}`" for n in names[1:]]
+    table = Table("instructions per request", tuple(head))
+    for cell, per in result["cells"].items():
+        row = [cell, *(f"{per[n]:,.0f}" for n in names)]
+        row += [f"{per[n] / per[names[0]]:.3f}" for n in names[1:]]
+        table.add(*row)
+    return table.markdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
+    parser.add_argument("--revs", type=lambda s: s.split(","), default=["HEAD", ""])
+    parser.add_argument("--routes", type=lambda s: s.split(","), default=["pass", "ocr"])
+    parser.add_argument("--sizes", type=lambda s: s.split(","), default=["tiny", "1 MB"])
+    parser.add_argument("--out", type=Path, help="write the counts as JSON here")
+    args = parser.parse_args(argv)
+    result = measure(args)
+    if args.out:
+        write_json(args.out, result)
+    print(report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
