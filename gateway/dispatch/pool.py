@@ -113,6 +113,7 @@ class UpstreamPool(PoolHealth):
         self.active_requests = 0
         self.retries_in_flight = 0
         self.settings = settings
+        self._limit_now = math.inf  # attempts in flight an upstream may have (reconfigure)
         self.reconfigure(settings)
 
     # ----------------------------------------------------------------- configuration
@@ -135,6 +136,8 @@ class UpstreamPool(PoolHealth):
         self.upstreams = upstreams
         self._by_url = {u.url: u for u in upstreams}
         self.chooser.configure(settings, upstreams)
+        lb = settings.load_balance
+        self._limit_now = lb.upstream_concurrency if self.policy.uses_queue else math.inf
         self._dispatch()
 
     def _claim_slot(self, upstream: Upstream) -> bool:
@@ -271,8 +274,7 @@ class UpstreamPool(PoolHealth):
         return bool(u.service_s) and now - u.service_at <= memory
 
     def _limit(self) -> float:
-        lb = self.settings.load_balance
-        return lb.upstream_concurrency if self.policy.uses_queue else math.inf
+        return self._limit_now
 
     # ----------------------------------------------------------------- leases
     async def acquire(
@@ -303,7 +305,7 @@ class UpstreamPool(PoolHealth):
         eligible, _ = self.eligible()
         excluded = frozenset(exclude)
         candidates = [u for u in eligible if u.spec.url not in excluded] if excluded else eligible
-        limit = self._limit()
+        limit = self._limit_now
         if not candidates:  # none left to try (raise), or none can take it now (wait)
             if not self.upstreams:
                 raise NoUpstreamAvailable("no upstreams configured")

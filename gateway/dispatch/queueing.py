@@ -57,6 +57,7 @@ class Queueing:
         if not queue:
             if (
                 released is not None
+                and handoff.gates
                 and handoff.others_wait()
                 and self._chooser.count(released) < limit()
             ):
