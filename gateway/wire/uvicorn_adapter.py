@@ -454,8 +454,14 @@ def remember_body(request: Request, body: bytes) -> None:
     request._body = body
 
 
-class H11Base(H11Protocol):
-    """uvicorn's h11 protocol with its private hooks under public names."""
+class _PublicHooks:
+    """The private hooks both uvicorn HTTP protocols share, under public names (a mixin placed
+    before the protocol in the bases)."""
+
+    # provided by the uvicorn protocol the subclass also derives from
+    connections: set[Any]
+    server_state: ServerState
+    _unset_keepalive_if_required: Callable[[], None]
 
     def stop_keepalive_timer(self) -> None:
         self._unset_keepalive_if_required()
@@ -468,6 +474,10 @@ class H11Base(H11Protocol):
 
     def close_after_response(self) -> None:
         close_after_response(self)
+
+
+class H11Base(_PublicHooks, H11Protocol):
+    """uvicorn's h11 protocol with its private hooks under public names."""
 
     def configured_head_limit(self) -> int | None:
         return self.config.h11_max_incomplete_event_size
@@ -477,21 +487,9 @@ class H11Base(H11Protocol):
         return self.conn
 
 
-class HttpToolsBase(HttpToolsProtocol):
+class HttpToolsBase(_PublicHooks, HttpToolsProtocol):
     """uvicorn's httptools protocol with its private hooks under public names; a subclass
     serves a request itself by returning a coroutine from :meth:`claim`."""
-
-    def stop_keepalive_timer(self) -> None:
-        self._unset_keepalive_if_required()
-
-    def open_clients(self) -> list[tuple[str, int] | None]:
-        return [getattr(c, "client", None) for c in self.connections]
-
-    def server_draining(self) -> bool:
-        return bool(getattr(self.server_state, "draining", False))
-
-    def close_after_response(self) -> None:
-        close_after_response(self)
 
     def body_unwanted(self) -> bool:
         """Body bytes arriving now go nowhere: the answer is complete, or uvicorn upgrades
