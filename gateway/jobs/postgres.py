@@ -43,7 +43,7 @@ from psycopg_pool import AsyncConnectionPool
 from gateway.config.store_url import safe_url
 from gateway.jobs.backend import ResultBody, StoreUnavailable
 from gateway.jobs.fairness import SliceSize, cut_after, plan_claims
-from gateway.jobs.store import Job, SliceClaim
+from gateway.jobs.store import JOB_COLUMNS, Job, SliceClaim, job_from_row
 
 log = logging.getLogger("gateway.jobs")
 
@@ -55,10 +55,7 @@ _MIGRATION_LOCK = 0x6A6F6273  # "jobs"
 STATS_EVERY_S = 5.0  # how often the runner's tick refreshes the snapshot /metrics reads
 _RETRIES = 5  # of a transaction the database rolled back (a deadlock, a serialization)
 
-_JOB_COLUMNS = (
-    "id, batch_id, tenant, model, state, kind, pages, options, callback_url, error, created,"
-    " started, finished, extracted"
-)
+_JOB_COLUMNS = ", ".join(JOB_COLUMNS)
 _ACTIVE_UNCUT = "state IN ('pending','running') AND cut < npages"
 
 # version N is MIGRATIONS[N - 1]; a new version is appended, never an old one changed
@@ -99,22 +96,7 @@ CREATE TABLE store_keys (name TEXT PRIMARY KEY, value BYTEA NOT NULL);
 
 
 def _job(row: dict[str, Any]) -> Job:
-    return Job(
-        id=row["id"],
-        batch_id=row["batch_id"],
-        tenant=row["tenant"],
-        model=row["model"],
-        state=row["state"],
-        kind=row["kind"],
-        pages=list(row["pages"]),
-        options=dict(row["options"]),
-        callback_url=row["callback_url"],
-        error=row["error"],
-        created=row["created"],
-        started=row["started"],
-        finished=row["finished"],
-        extracted=row["extracted"],
-    )
+    return job_from_row(row, list(row["pages"]), dict(row["options"]))
 
 
 async def _now(cur: Cursor) -> float:
