@@ -99,6 +99,12 @@ def _job(row: dict[str, Any]) -> Job:
     return job_from_row(row, list(row["pages"]), dict(row["options"]))
 
 
+async def _jobs_where(cur: Cursor, condition: str, params: tuple[Any, ...] = ()) -> list[Job]:
+    """The jobs whose rows meet the SQL ``condition`` (its ``%s`` filled from ``params``)."""
+    await cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {condition}", params)
+    return [_job(row) for row in await cur.fetchall()]
+
+
 async def _now(cur: Cursor) -> float:
     """The database's clock (every gateway's leases are measured on it)."""
     await cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS now")
@@ -328,23 +334,16 @@ class PostgresBackend:
 
         await self._run(insert)
 
-    async def get(self, job_id: str) -> Job | None:
-        async def read(cur: Cursor) -> Job | None:
-            await cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = %s", (job_id,))
-            row = await cur.fetchone()
-            return None if row is None else _job(row)
+    async def _jobs(self, condition: str, params: tuple[Any, ...] = ()) -> list[Job]:
+        """:func:`_jobs_where` in a transaction of its own."""
+        return await self._run(lambda cur: _jobs_where(cur, condition, params))
 
-        return await self._run(read)
+    async def get(self, job_id: str) -> Job | None:
+        jobs = await self._jobs("id = %s", (job_id,))
+        return jobs[0] if jobs else None
 
     async def batch(self, batch_id: str) -> list[Job]:
-        async def read(cur: Cursor) -> list[Job]:
-            await cur.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE batch_id = %s ORDER BY created, id",
-                (batch_id,),
-            )
-            return [_job(row) for row in await cur.fetchall()]
-
-        return await self._run(read)
+        return await self._jobs("batch_id = %s ORDER BY created, id", (batch_id,))
 
     async def fail(self, job_id: str, error: str) -> bool:
         async def write(cur: Cursor) -> bool:
@@ -438,8 +437,7 @@ class PostgresBackend:
                 " WHERE id = ANY(%s) AND state = 'pending'",
                 (now, job_ids),
             )
-            await cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ANY(%s)", (job_ids,))
-            jobs = {row["id"]: _job(row) for row in await cur.fetchall()}
+            jobs = {job.id: job for job in await _jobs_where(cur, "id = ANY(%s)", (job_ids,))}
             return [
                 SliceClaim(jobs[t.job_id], t.first, t.count, t.attempts, t.failed, t.fresh)
                 for t in taken
@@ -615,14 +613,9 @@ class PostgresBackend:
         return await self._run(read)
 
     async def callbacks_due(self) -> list[Job]:
-        async def read(cur: Cursor) -> list[Job]:
-            await cur.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ('done','failed')"
-                " AND callback_url IS NOT NULL AND NOT callback_sent"
-            )
-            return [_job(row) for row in await cur.fetchall()]
-
-        return await self._run(read)
+        return await self._jobs(
+            "state IN ('done','failed') AND callback_url IS NOT NULL AND NOT callback_sent"
+        )
 
     async def mark_callback(self, job_id: str) -> bool:
         async def write(cur: Cursor) -> bool:
