@@ -312,6 +312,13 @@ _checked: dict[str, list[str]] | None = None
 _logged: set[str] = set()
 
 
+_TIERS_OFF = (
+    ("bounds", logging.ERROR, "connection bounds", "serving with uvicorn's stock protocols"),
+    ("fast", logging.WARNING, "fast path", "every route is served through FastAPI's routing"),
+)
+"""Per tier: how loud its failure is logged, what it is called, what serves instead."""
+
+
 def serving_plan(classes: Classes | None = None) -> ServingPlan:
     """The plan for an app created now: the installed classes are checked once per process
     (each failure logged once); :data:`FAST_PATH_ENV` is read at every call."""
@@ -324,20 +331,13 @@ def serving_plan(classes: Classes | None = None) -> ServingPlan:
         problems = _checked
     written = f"written for {_versions(WRITTEN_FOR)}, installed {_versions(installed_versions())}"
     reasons: list[str] = []
-    if problems["bounds"]:
-        reasons.append("connection bounds off: " + "; ".join(problems["bounds"]))
-        _log_once(
-            logging.ERROR,
-            f"uvicorn adapter cannot attach the connection bounds ({written}): "
-            f"{'; '.join(problems['bounds'])}; serving with uvicorn's stock protocols",
-        )
-    if problems["fast"]:
-        reasons.append("fast path off: " + "; ".join(problems["fast"]))
-        _log_once(
-            logging.WARNING,
-            f"uvicorn adapter cannot attach the fast path ({written}): "
-            f"{'; '.join(problems['fast'])}; every route is served through FastAPI's routing",
-        )
+    for tier, level, what, instead in _TIERS_OFF:
+        if problems[tier]:
+            listed = "; ".join(problems[tier])
+            reasons.append(f"{what} off: {listed}")
+            _log_once(
+                level, f"uvicorn adapter cannot attach the {what} ({written}): {listed}; {instead}"
+            )
     fast = not problems["fast"]
     if os.environ.get(FAST_PATH_ENV, "1").strip() == "0":
         fast = False
