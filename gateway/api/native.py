@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, Response
 
 from gateway.access.control import BEARER_SECURITY, Principal, admitted
 from gateway.api.common import RawResponse, read_body, runtime_of
-from gateway.api.errors import error_body, error_response, gateway_error_response
+from gateway.api.errors import error_body
 from gateway.api.routes import LAYOUT_PARSING, RESTRUCTURE_PAGES
 from gateway.api.schemas import (
     LayoutParsingRequest,
@@ -36,7 +36,7 @@ from gateway.api.schemas import (
     request_body,
 )
 from gateway.config.settings import Settings
-from gateway.errors import GatewayError, InputError, UpstreamClientError
+from gateway.errors import UpstreamClientError
 from gateway.inputs.document import plain_base64_image
 from gateway.inputs.sources import decode_base64, fetch_url
 from gateway.observability.context import request_context
@@ -137,12 +137,8 @@ async def _passthrough(
         if ctype:  # the upstream's, as it sent it
             headers.append((b"content-type", ctype.encode("latin-1")))
         return RawResponse(content, status, headers)
-    except UpstreamClientError as exc:
+    except UpstreamClientError as exc:  # the others: gateway.api.errors.error_for
         return _upstream_rejected(exc, rid)
-    except InputError as exc:
-        return error_response(exc.status, exc.code, exc.message, rid, paddlex_envelope=True)
-    except GatewayError as exc:
-        return gateway_error_response(exc, rid, paddlex_envelope=True)
 
 
 @router.post(

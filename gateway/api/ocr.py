@@ -28,12 +28,12 @@ from starlette.datastructures import UploadFile
 
 from gateway.access.control import BEARER_SECURITY, Principal, admitted
 from gateway.api.common import json_answer, read_body, runtime_of
-from gateway.api.errors import error_response, gateway_error_response
+from gateway.api.errors import error_response
 from gateway.api.postprocess import postprocess
 from gateway.api.routes import OCR, OCR_FILE
 from gateway.api.schemas import OcrRequest, OcrResponse, error_responses, request_body
 from gateway.config.settings import Settings
-from gateway.errors import GatewayError, InputError, UpstreamClientError
+from gateway.errors import InputError, UpstreamClientError
 from gateway.inputs.document import Document, plain_base64_image
 from gateway.inputs.sources import SOURCE_FIELDS, resolve_input
 from gateway.observability.context import request_context
@@ -114,17 +114,13 @@ async def _run_ocr(
 async def _ocr_route(
     request: Request, runtime: Runtime, principal: Principal, read_document: DocumentReader
 ) -> Response:
-    """What ``/ocr`` and ``/ocr-file`` do once ``read_document`` has got the document."""
+    """What ``/ocr`` and ``/ocr-file`` do once ``read_document`` has got the document (an
+    InputError or GatewayError is answered by :func:`gateway.api.errors.error_for`)."""
     started = time.perf_counter()
     rid = request_context(request).request_id
     settings = runtime.settings
-    try:
-        doc, options = await read_document(request, runtime, settings)
-        return await _run_ocr(runtime, principal, rid, settings, doc, options, started)
-    except InputError as exc:
-        return error_response(exc.status, exc.code, exc.message, rid)
-    except GatewayError as exc:
-        return gateway_error_response(exc, rid)
+    doc, options = await read_document(request, runtime, settings)
+    return await _run_ocr(runtime, principal, rid, settings, doc, options, started)
 
 
 def parse_json_object(

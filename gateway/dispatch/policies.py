@@ -61,40 +61,37 @@ class RoundRobinPolicy:
         return candidates[0]
 
 
-class RandomPolicy:
-    """Uniform random choice."""
+class _Drawing:
+    """A policy that draws at random (from ``rng``: a seeded one makes its choices repeatable)."""
 
-    name = "random"
     uses_queue = False
 
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
+
+
+class RandomPolicy(_Drawing):
+    """Uniform random choice."""
+
+    name = "random"
 
     def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys[T]) -> T:
         return self._rng.choice(list(candidates))
 
 
-class LeastInflightPolicy:
+class LeastInflightPolicy(_Drawing):
     """Full scan: the candidate with the lowest load key (random among exact ties)."""
 
     name = "least_inflight"
-    uses_queue = False
-
-    def __init__(self, rng: random.Random | None = None) -> None:
-        self._rng = rng or random.Random()
 
     def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys[T]) -> T:
         return _least(candidates, load_keys, self._rng)
 
 
-class P2CPolicy:
+class P2CPolicy(_Drawing):
     """Power of two choices: the less loaded of two random distinct candidates."""
 
     name = "p2c"
-    uses_queue = False
-
-    def __init__(self, rng: random.Random | None = None) -> None:
-        self._rng = rng or random.Random()
 
     def choose(self, candidates: Sequence[T], order: Sequence[T], load_keys: LoadKeys[T]) -> T:
         if len(candidates) <= 2:

@@ -43,7 +43,7 @@ from psycopg_pool import AsyncConnectionPool
 from gateway.config.store_url import safe_url
 from gateway.jobs.backend import ResultBody, StoreUnavailable
 from gateway.jobs.fairness import SliceSize, cut_after, plan_claims
-from gateway.jobs.store import Job, SliceClaim
+from gateway.jobs.store import JOB_COLUMNS, Job, SliceClaim, job_from_row
 
 log = logging.getLogger("gateway.jobs")
 
@@ -55,10 +55,7 @@ _MIGRATION_LOCK = 0x6A6F6273  # "jobs"
 STATS_EVERY_S = 5.0  # how often the runner's tick refreshes the snapshot /metrics reads
 _RETRIES = 5  # of a transaction the database rolled back (a deadlock, a serialization)
 
-_JOB_COLUMNS = (
-    "id, batch_id, tenant, model, state, kind, pages, options, callback_url, error, created,"
-    " started, finished, extracted"
-)
+_JOB_COLUMNS = ", ".join(JOB_COLUMNS)
 _ACTIVE_UNCUT = "state IN ('pending','running') AND cut < npages"
 
 # version N is MIGRATIONS[N - 1]; a new version is appended, never an old one changed
@@ -99,22 +96,13 @@ CREATE TABLE store_keys (name TEXT PRIMARY KEY, value BYTEA NOT NULL);
 
 
 def _job(row: dict[str, Any]) -> Job:
-    return Job(
-        id=row["id"],
-        batch_id=row["batch_id"],
-        tenant=row["tenant"],
-        model=row["model"],
-        state=row["state"],
-        kind=row["kind"],
-        pages=list(row["pages"]),
-        options=dict(row["options"]),
-        callback_url=row["callback_url"],
-        error=row["error"],
-        created=row["created"],
-        started=row["started"],
-        finished=row["finished"],
-        extracted=row["extracted"],
-    )
+    return job_from_row(row, list(row["pages"]), dict(row["options"]))
+
+
+async def _jobs_where(cur: Cursor, condition: str, params: tuple[Any, ...] = ()) -> list[Job]:
+    """The jobs whose rows meet the SQL ``condition`` (its ``%s`` filled from ``params``)."""
+    await cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {condition}", params)
+    return [_job(row) for row in await cur.fetchall()]
 
 
 async def _now(cur: Cursor) -> float:
@@ -346,23 +334,16 @@ class PostgresBackend:
 
         await self._run(insert)
 
-    async def get(self, job_id: str) -> Job | None:
-        async def read(cur: Cursor) -> Job | None:
-            await cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = %s", (job_id,))
-            row = await cur.fetchone()
-            return None if row is None else _job(row)
+    async def _jobs(self, condition: str, params: tuple[Any, ...] = ()) -> list[Job]:
+        """:func:`_jobs_where` in a transaction of its own."""
+        return await self._run(lambda cur: _jobs_where(cur, condition, params))
 
-        return await self._run(read)
+    async def get(self, job_id: str) -> Job | None:
+        jobs = await self._jobs("id = %s", (job_id,))
+        return jobs[0] if jobs else None
 
     async def batch(self, batch_id: str) -> list[Job]:
-        async def read(cur: Cursor) -> list[Job]:
-            await cur.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE batch_id = %s ORDER BY created, id",
-                (batch_id,),
-            )
-            return [_job(row) for row in await cur.fetchall()]
-
-        return await self._run(read)
+        return await self._jobs("batch_id = %s ORDER BY created, id", (batch_id,))
 
     async def fail(self, job_id: str, error: str) -> bool:
         async def write(cur: Cursor) -> bool:
@@ -456,8 +437,7 @@ class PostgresBackend:
                 " WHERE id = ANY(%s) AND state = 'pending'",
                 (now, job_ids),
             )
-            await cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ANY(%s)", (job_ids,))
-            jobs = {row["id"]: _job(row) for row in await cur.fetchall()}
+            jobs = {job.id: job for job in await _jobs_where(cur, "id = ANY(%s)", (job_ids,))}
             return [
                 SliceClaim(jobs[t.job_id], t.first, t.count, t.attempts, t.failed, t.fresh)
                 for t in taken
@@ -633,14 +613,9 @@ class PostgresBackend:
         return await self._run(read)
 
     async def callbacks_due(self) -> list[Job]:
-        async def read(cur: Cursor) -> list[Job]:
-            await cur.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ('done','failed')"
-                " AND callback_url IS NOT NULL AND NOT callback_sent"
-            )
-            return [_job(row) for row in await cur.fetchall()]
-
-        return await self._run(read)
+        return await self._jobs(
+            "state IN ('done','failed') AND callback_url IS NOT NULL AND NOT callback_sent"
+        )
 
     async def mark_callback(self, job_id: str) -> bool:
         async def write(cur: Cursor) -> bool:

@@ -82,11 +82,22 @@ def _visible(job: Job | None, principal: Principal, job_id: str) -> Job:
     return job
 
 
-def _json_url(request: Request, runtime: Runtime, store: JobBackend, job: Job) -> str | None:
+def _caller(request: Request) -> tuple[Runtime, Principal, JobBackend, JobRunner]:
+    """A job route's runtime, its authenticated caller, and the job service (a bad token is
+    answered before a gateway without jobs)."""
+    runtime = runtime_of(request)
+    principal = _principal(request, runtime)
+    store, runner = _service(runtime)
+    return runtime, principal, store, runner
+
+
+def _job_data(request: Request, runtime: Runtime, store: JobBackend, job: Job) -> dict[str, Any]:
+    """The job's status ``data``, with its signed result URL once it is done."""
     if job.state != "done":
-        return None
+        return job_data(job, None)
     base = runtime.settings.jobs.public_url or str(request.base_url)
-    return sign_result_url(store.key, base, job.id, runtime.settings.jobs.result_url_ttl_s)
+    url = sign_result_url(store.key, base, job.id, runtime.settings.jobs.result_url_ttl_s)
+    return job_data(job, url)
 
 
 async def _read_fields(request: Request, runtime: Runtime) -> tuple[dict[str, Any], bytes | None]:
@@ -250,14 +261,12 @@ async def submit_job(request: Request) -> Response:
 )
 @_in_envelope
 async def batch_status(request: Request, batch_id: str) -> Response:
-    runtime = runtime_of(request)
-    principal = _principal(request, runtime)
-    store, _ = _service(runtime)
+    runtime, principal, store, _ = _caller(request)
     batch = await store.batch(batch_id)
     jobs = [j for j in batch if j.tenant == principal.name or principal.admin]
     if not jobs:
         raise ProtocolError(404, f"batch {batch_id!r} not found")
-    items = [job_data(j, _json_url(request, runtime, store, j)) for j in jobs]
+    items = [_job_data(request, runtime, store, j) for j in jobs]
     return envelope({"batchId": batch_id, "extractResult": items})
 
 
@@ -269,11 +278,9 @@ async def batch_status(request: Request, batch_id: str) -> Response:
 )
 @_in_envelope
 async def job_status(request: Request, job_id: str) -> Response:
-    runtime = runtime_of(request)
-    principal = _principal(request, runtime)
-    store, _ = _service(runtime)
+    runtime, principal, store, _ = _caller(request)
     job = _visible(await store.get(job_id), principal, job_id)
-    return envelope(job_data(job, _json_url(request, runtime, store, job)))
+    return envelope(_job_data(request, runtime, store, job))
 
 
 @router.delete(
@@ -284,14 +291,12 @@ async def job_status(request: Request, job_id: str) -> Response:
 )
 @_in_envelope
 async def cancel_job(request: Request, job_id: str) -> Response:
-    runtime = runtime_of(request)
-    principal = _principal(request, runtime)
-    store, runner = _service(runtime)
+    runtime, principal, store, runner = _caller(request)
     _visible(await store.get(job_id), principal, job_id)
     await store.fail(job_id, "cancelled by the caller")
     runner.wake()
     job = _visible(await store.get(job_id), principal, job_id)
-    return envelope(job_data(job, _json_url(request, runtime, store, job)))
+    return envelope(_job_data(request, runtime, store, job))
 
 
 @router.get(

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -109,23 +109,20 @@ class SliceClaim:
     fresh: bool = True  # cut in this claim: never sent before (else ask the keepers first)
 
 
+JOB_COLUMNS = tuple(f.name for f in fields(Job))
+"""The ``jobs`` columns a :class:`Job` is read from, named as its fields in both stores."""
+
+_PLAIN_JOB_COLUMNS = tuple(name for name in JOB_COLUMNS if name not in ("pages", "options"))
+
+
+def job_from_row(row: Any, pages: list[int], options: dict[str, Any]) -> Job:
+    """A :class:`Job` from a ``jobs`` row read by column name (SQLite's ``Row``, Postgres's
+    dict); ``pages`` and ``options`` decoded by the caller, as each store keeps JSON its way."""
+    return Job(**{name: row[name] for name in _PLAIN_JOB_COLUMNS}, pages=pages, options=options)
+
+
 def _job(row: sqlite3.Row) -> Job:
-    return Job(
-        id=row["id"],
-        batch_id=row["batch_id"],
-        tenant=row["tenant"],
-        model=row["model"],
-        state=row["state"],
-        kind=row["kind"],
-        pages=json.loads(row["pages"]),
-        options=json.loads(row["options"]),
-        callback_url=row["callback_url"],
-        error=row["error"],
-        created=row["created"],
-        started=row["started"],
-        finished=row["finished"],
-        extracted=row["extracted"],
-    )
+    return job_from_row(row, json.loads(row["pages"]), json.loads(row["options"]))
 
 
 def write_temporary(path: Path, data: bytes) -> Path:

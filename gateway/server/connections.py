@@ -120,11 +120,12 @@ def error_bytes(status: int, code: str, message: str, retry_after: int | None = 
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
-class _Bounded:
+class _Bounded(asyncio.Protocol):
     """The bounds of the module doc, for either uvicorn HTTP protocol; a subclass says where
     a request stands (:meth:`_awaiting_head`, :meth:`_reading_body`) and measures a head that
     is still arriving (:meth:`_head_length`). ``limits`` returns the current ``server``
-    settings (set by :func:`protocol_class`)."""
+    settings (set by :func:`protocol_class`). It comes first in a subclass's bases: its
+    callbacks wrap the uvicorn protocol's (``super()`` is that protocol)."""
 
     limits: Callable[[], ServerSettings] = staticmethod(ServerSettings)
     # provided by the adapter's protocol base the subclass also derives from
@@ -162,13 +163,13 @@ class _Bounded:
         return self.limits().max_header_bytes
 
     # ------------------------------------------------------------------ connection caps
-    def _admit_connection(self, transport: asyncio.Transport, opened: Callable[[], None]) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         limits = self.limits()
         peer = peer_address(transport)
-        clients = self.open_clients()
+        clients = self.open_clients()  # before uvicorn counts this one
         total = len(clients)
         mine = sum(1 for c in clients if peer and c and c[0] == peer[0])
-        opened()
+        super().connection_made(transport)
         if total >= limits.max_connections:
             self._refuse(
                 503,
@@ -200,6 +201,24 @@ class _Bounded:
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
+
+    # ------------------------------------------------------------------ the protocol's callbacks
+    def data_received(self, data: bytes) -> None:
+        if self._before_data(data):
+            super().data_received(data)
+            self._sync_timers()
+            self._close_after_response_if_draining()
+
+    def eof_received(self) -> None:
+        if self._refused:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        self._malformed()
 
     # ------------------------------------------------------------------ deadlines
     def _before_data(self, data: bytes) -> bool:
@@ -300,15 +319,6 @@ class GatewayH11Protocol(_Bounded, H11Base):
         end = buffered.find(b"\r\n\r\n")
         return end if end >= 0 else len(buffered)
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._admit_connection(transport, lambda: H11Base.connection_made(self, transport))
-
-    def data_received(self, data: bytes) -> None:
-        if self._before_data(data):
-            super().data_received(data)
-            self._sync_timers()
-            self._close_after_response_if_draining()
-
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._sync_timers()
@@ -317,17 +327,6 @@ class GatewayH11Protocol(_Bounded, H11Base):
             self._head_bytes = len(conn.trailing_data[0])
             if self._header_timer is None:
                 self._arm_header_timer()
-
-    def eof_received(self) -> None:
-        if self._refused:
-            self.transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_timers()
-        super().connection_lost(exc)
-
-    def send_400_response(self, msg: str) -> None:
-        self._malformed()
 
 
 class _HeadWithBody:
@@ -391,15 +390,6 @@ class BoundedHttpToolsProtocol(_Bounded, HttpToolsBase):
         self._head_tail = buffered[-3:]
         return self._head_seen
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._admit_connection(transport, lambda: HttpToolsBase.connection_made(self, transport))
-
-    def data_received(self, data: bytes) -> None:
-        if self._before_data(data):
-            super().data_received(data)
-            self._sync_timers()
-            self._close_after_response_if_draining()
-
     def on_headers_complete(self) -> None:
         self._head_done, self._body_done = True, False
         self._head_tail, self._head_seen = b"", 0
@@ -414,17 +404,6 @@ class BoundedHttpToolsProtocol(_Bounded, HttpToolsBase):
         if self._body_done:
             self._head_done = False  # the next bytes start the next request's head
         self._sync_timers()
-
-    def eof_received(self) -> None:
-        if self._refused:
-            self.transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_timers()
-        super().connection_lost(exc)
-
-    def send_400_response(self, msg: str) -> None:
-        self._malformed()
 
 
 class GatewayHttpToolsProtocol(BoundedHttpToolsProtocol):

@@ -312,6 +312,13 @@ _checked: dict[str, list[str]] | None = None
 _logged: set[str] = set()
 
 
+_TIERS_OFF = (
+    ("bounds", logging.ERROR, "connection bounds", "serving with uvicorn's stock protocols"),
+    ("fast", logging.WARNING, "fast path", "every route is served through FastAPI's routing"),
+)
+"""Per tier: how loud its failure is logged, what it is called, what serves instead."""
+
+
 def serving_plan(classes: Classes | None = None) -> ServingPlan:
     """The plan for an app created now: the installed classes are checked once per process
     (each failure logged once); :data:`FAST_PATH_ENV` is read at every call."""
@@ -324,20 +331,13 @@ def serving_plan(classes: Classes | None = None) -> ServingPlan:
         problems = _checked
     written = f"written for {_versions(WRITTEN_FOR)}, installed {_versions(installed_versions())}"
     reasons: list[str] = []
-    if problems["bounds"]:
-        reasons.append("connection bounds off: " + "; ".join(problems["bounds"]))
-        _log_once(
-            logging.ERROR,
-            f"uvicorn adapter cannot attach the connection bounds ({written}): "
-            f"{'; '.join(problems['bounds'])}; serving with uvicorn's stock protocols",
-        )
-    if problems["fast"]:
-        reasons.append("fast path off: " + "; ".join(problems["fast"]))
-        _log_once(
-            logging.WARNING,
-            f"uvicorn adapter cannot attach the fast path ({written}): "
-            f"{'; '.join(problems['fast'])}; every route is served through FastAPI's routing",
-        )
+    for tier, level, what, instead in _TIERS_OFF:
+        if problems[tier]:
+            listed = "; ".join(problems[tier])
+            reasons.append(f"{what} off: {listed}")
+            _log_once(
+                level, f"uvicorn adapter cannot attach the {what} ({written}): {listed}; {instead}"
+            )
     fast = not problems["fast"]
     if os.environ.get(FAST_PATH_ENV, "1").strip() == "0":
         fast = False
@@ -454,8 +454,14 @@ def remember_body(request: Request, body: bytes) -> None:
     request._body = body
 
 
-class H11Base(H11Protocol):
-    """uvicorn's h11 protocol with its private hooks under public names."""
+class _PublicHooks:
+    """The private hooks both uvicorn HTTP protocols share, under public names (a mixin placed
+    before the protocol in the bases)."""
+
+    # provided by the uvicorn protocol the subclass also derives from
+    connections: set[Any]
+    server_state: ServerState
+    _unset_keepalive_if_required: Callable[[], None]
 
     def stop_keepalive_timer(self) -> None:
         self._unset_keepalive_if_required()
@@ -468,6 +474,10 @@ class H11Base(H11Protocol):
 
     def close_after_response(self) -> None:
         close_after_response(self)
+
+
+class H11Base(_PublicHooks, H11Protocol):
+    """uvicorn's h11 protocol with its private hooks under public names."""
 
     def configured_head_limit(self) -> int | None:
         return self.config.h11_max_incomplete_event_size
@@ -477,21 +487,9 @@ class H11Base(H11Protocol):
         return self.conn
 
 
-class HttpToolsBase(HttpToolsProtocol):
+class HttpToolsBase(_PublicHooks, HttpToolsProtocol):
     """uvicorn's httptools protocol with its private hooks under public names; a subclass
     serves a request itself by returning a coroutine from :meth:`claim`."""
-
-    def stop_keepalive_timer(self) -> None:
-        self._unset_keepalive_if_required()
-
-    def open_clients(self) -> list[tuple[str, int] | None]:
-        return [getattr(c, "client", None) for c in self.connections]
-
-    def server_draining(self) -> bool:
-        return bool(getattr(self.server_state, "draining", False))
-
-    def close_after_response(self) -> None:
-        close_after_response(self)
 
     def body_unwanted(self) -> bool:
         """Body bytes arriving now go nowhere: the answer is complete, or uvicorn upgrades
