@@ -133,8 +133,7 @@ class _Bounded(asyncio.Protocol):
     loop: asyncio.AbstractEventLoop
     stop_keepalive_timer: Callable[[], None]
     open_clients: Callable[[], list[tuple[str, int] | None]]
-    server_draining: Callable[[], bool]
-    close_after_response: Callable[[], None]
+    close_after_response_if_draining: Callable[[], None]
 
     def _init_bounds(self) -> None:
         self._header_timer: asyncio.TimerHandle | None = None
@@ -144,13 +143,6 @@ class _Bounded(asyncio.Protocol):
 
     def _awaiting_head(self) -> bool:
         raise NotImplementedError
-
-    def _close_after_response_if_draining(self) -> None:
-        """While the server drains (:mod:`gateway.server.serving`), a request that has just started
-        is answered with ``Connection: close``: the client opens its next connection to
-        whoever listens now instead of reusing this one."""
-        if self.server_draining():
-            self.close_after_response()
 
     def _reading_body(self) -> bool:
         raise NotImplementedError
@@ -207,7 +199,9 @@ class _Bounded(asyncio.Protocol):
         if self._before_data(data):
             super().data_received(data)
             self._sync_timers()
-            self._close_after_response_if_draining()
+            # while the server drains (gateway.server.serving), a request that has just started
+            # gets `Connection: close`: the client's next one goes to whoever listens now
+            self.close_after_response_if_draining()
 
     def eof_received(self) -> None:
         if self._refused:
@@ -415,14 +409,11 @@ class GatewayHttpToolsProtocol(BoundedHttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._body_parts: list[bytes] = []  # body bytes not yet handed to the app
+        # body bytes not yet handed to the app (emptied when each message completes)
+        self._body_parts: list[bytes] = []
         self._body_pending = 0
 
     head_writer = _HeadWithBody
-
-    def on_headers_complete(self) -> None:
-        self._body_parts, self._body_pending = [], 0
-        super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
         """Gather the body and hand it to the app in one piece (at its end, or every

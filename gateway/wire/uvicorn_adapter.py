@@ -445,7 +445,7 @@ def open_connections(server: Server) -> list[Any]:
 
 
 def mark_draining(server: Server) -> None:
-    """Tell ``server``'s protocols the server drains (``server_draining()``)."""
+    """Tell ``server``'s protocols the server drains (``close_after_response_if_draining``)."""
     server.server_state.draining = True  # type: ignore[attr-defined]
 
 
@@ -469,11 +469,11 @@ class _PublicHooks:
     def open_clients(self) -> list[tuple[str, int] | None]:
         return [getattr(c, "client", None) for c in self.connections]
 
-    def server_draining(self) -> bool:
-        return bool(getattr(self.server_state, "draining", False))
-
-    def close_after_response(self) -> None:
-        close_after_response(self)
+    def close_after_response_if_draining(self) -> None:
+        """While the server drains (``mark_draining``), the request in progress gets
+        ``Connection: close``."""
+        if getattr(self.server_state, "draining", False):
+            close_after_response(self)
 
 
 class H11Base(_PublicHooks, H11Protocol):
