@@ -10,6 +10,7 @@ would see: type, name, inputs, parent, dependencies, provider and the replace op
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import runpy
@@ -187,6 +188,9 @@ def record_stack(
     config.update(secrets)
     recording = recording if recording is not None else Recording()
     # The SDK runs on the thread's current loop; a test before us may have closed or unset it.
+    # The loop of the recording before is closed (its selector, self-pipe and executor: about
+    # 20 descriptors a test that the suite's process would otherwise hold to its end).
+    _close_idle_loop()
     asyncio.set_event_loop(asyncio.new_event_loop())
     runtime_settings.reset_options()
     # As the language host hands it over: in PULUMI_CONFIG (what the program lists keys of),
@@ -216,6 +220,16 @@ def record_stack(
     }
     _sync_await(pulumi_stack.wait_for_rpcs())
     return recording
+
+
+def _close_idle_loop() -> None:
+    with contextlib.suppress(RuntimeError):  # none set
+        loop = asyncio.get_event_loop_policy().get_event_loop()
+        # a loop with work left (a program that raised) is left alone: closing it would drop
+        # its coroutines unawaited (asyncio keeps the callbacks it would run in `_ready`)
+        left = asyncio.all_tasks(loop) or getattr(loop, "_ready", None)
+        if not loop.is_running() and not loop.is_closed() and not left:
+            loop.close()
 
 
 def _resolve(value: Any) -> Any:
