@@ -579,7 +579,7 @@ def gateway_fingerprint(root: Path) -> dict:
 
 async def run(
     prof: Profile,
-    out_path: Path | None,
+    out_path: Path,
     scenarios: set[str],
     keep_logs: bool = False,
     wait_gateway_s: float = 0.0,
@@ -609,8 +609,7 @@ async def run(
     def save() -> None:
         results["targets"] = targets(results, default)
         results["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
-        if out_path is not None:
-            write_json(out_path, results)
+        write_json(out_path, results)
 
     fleet = start_fleet(prof.fleet)
     try:
@@ -628,8 +627,7 @@ async def run(
         pols = [p for p in pols if p in prof.policies] or [prof.policies[0]]
         results["overhead"] = await scenario_overhead(prof, workdir, pols)
     save()
-    if out_path is not None:
-        log(f"results written to {out_path}")
+    log(f"results written to {out_path}")
     if keep_logs:
         log(f"gateway configs and logs kept in {workdir}")
     else:
@@ -660,10 +658,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loads", help="comma-separated percentages, e.g. 50,85")
     ap.add_argument("--scenarios", default="1,2,3", help="which scenarios to run (default 1,2,3)")
     ap.add_argument("--kill-modes", help="refuse,hang")
-    ap.add_argument("--instances", type=int, help="fleet size (default 48)")
-    ap.add_argument("--mean-ms", type=float, help="mean service time of a fast instance")
-    ap.add_argument("--seed", type=int)
-    ap.add_argument("--duration", type=float, help="seconds of arrivals per scenario-1 run")
     ap.add_argument("--gateway-extra", help="JSON merged into every gateway config")
     ap.add_argument(
         "--workers",
@@ -672,7 +666,6 @@ def main(argv: list[str] | None = None) -> int:
         "gateway's own, one per core)",
     )
     ap.add_argument("--out", help="results JSON path (default bench/results/<profile>.json)")
-    ap.add_argument("--no-out", action="store_true", help="do not write a results file")
     ap.add_argument(
         "--wait-gateway",
         type=float,
@@ -688,14 +681,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     name = profile_name(args, "quick", "full", "smoke")
     prof = PROFILES[name]
-    fleet = prof.fleet
-    if args.instances:
-        fleet = replace(fleet, n=args.instances)
-    if args.mean_ms:
-        fleet = replace(fleet, mean_s=args.mean_ms / 1000)
-    if args.seed is not None:
-        fleet = replace(fleet, seed=args.seed)
-    prof = replace(prof, fleet=fleet)
     if args.policies:
         pols = tuple(p.strip() for p in args.policies.split(",") if p.strip())
         bad = [p for p in pols if p not in ALL_POLICIES]
@@ -706,15 +691,13 @@ def main(argv: list[str] | None = None) -> int:
         prof = replace(prof, loads=tuple(float(x) / 100 for x in args.loads.split(",")))
     if args.kill_modes:
         prof = replace(prof, kill_modes=tuple(args.kill_modes.split(",")))
-    if args.duration:
-        prof = replace(prof, duration_s=args.duration)
     if args.gateway_extra:
         prof = replace(prof, gateway_extra=json.loads(args.gateway_extra))
     if args.workers is not None:
         if args.workers < 1:
             ap.error("--workers must be at least 1")
         os.environ["GATEWAY_WORKERS"] = str(args.workers)  # read by every gateway it starts
-    out = None if args.no_out else Path(args.out) if args.out else RESULTS_DIR / f"{name}.json"
+    out = Path(args.out) if args.out else RESULTS_DIR / f"{name}.json"
     scen = {s.strip() for s in args.scenarios.split(",")}
     results = asyncio.run(run(prof, out, scen, args.keep_logs, args.wait_gateway))
     with contextlib.suppress(BrokenPipeError):

@@ -51,7 +51,6 @@ from bench.balancing import PROFILES as BALANCING_PROFILES
 from bench.common import (
     log,
     parser,
-    path_or_none,
     profile_name,
     pyplot,
     run_meta,
@@ -101,8 +100,6 @@ class HierarchyProfile:
     """Fleet, loads, windows and the disturbance rules of the balancing benchmark profile of
     the same name."""
     hosts: int = 4
-    one_gateway: bool = True
-    """Also run one gateway over the whole fleet at each load."""
 
 
 ONE_CLIENT_FOR_MANY = {"server": {"max_connections_per_client": 1000}}
@@ -288,12 +285,11 @@ async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
                 f"hierarchy at {key}%",
             )
             log("  " + brief(rows["hierarchy"]))
-            if prof.one_gateway:
-                log(f"one gateway at {key}%")
-                rows["one_gateway"], _ = await gateway_run(
-                    fleet, policy, wl, base, workdir, f"one-{key}", base.warmup_s, base.drain_s
-                )
-                log("  " + brief(rows["one_gateway"]))
+            log(f"one gateway at {key}%")
+            rows["one_gateway"], _ = await gateway_run(
+                fleet, policy, wl, base, workdir, f"one-{key}", base.warmup_s, base.drain_s
+            )
+            log("  " + brief(rows["one_gateway"]))
             results["loads"][key] = {"rate_rps": round(wl.rate_rps, 2), "rows": rows}
             results["targets"] = targets(results)
             results["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
@@ -414,26 +410,13 @@ def plot(results: dict, path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = parser("hierarchy", __doc__, quick="8 s windows", smoke="seconds; for tests/bench")
     ap.add_argument("--report", metavar="FILE", help="print the Markdown tables of a results file")
-    ap.add_argument("--hosts", type=int, help="hosts to cut the fleet into (default 4)")
-    ap.add_argument("--loads", help="comma-separated percentages, e.g. 50,85")
-    ap.add_argument("--no-one-gateway", action="store_true", help="skip the one-gateway runs")
     ap.add_argument("--out", help="results JSON (default bench/results/hierarchy-<profile>.json)")
-    ap.add_argument(
-        "--plot", help=f"PNG path (default {PLOT.relative_to(REPO)}, none for --smoke; 'none')"
-    )
     args = ap.parse_args(argv)
     if args.report:
         print(render_markdown(build_report(json.loads(Path(args.report).read_text()))), end="")
         return 0
     name = profile_name(args, "quick", "smoke")
     prof = PROFILES[name]
-    if args.hosts:
-        prof = replace(prof, hosts=args.hosts)
-    if args.loads:
-        loads = tuple(float(x) / 100 for x in args.loads.split(","))
-        prof = replace(prof, base=replace(prof.base, loads=loads))
-    if args.no_one_gateway:
-        prof = replace(prof, one_gateway=False)
     if haproxy_binary() is None:
         ap.error("haproxy is not installed: apt-get install haproxy")
     out = Path(args.out) if args.out else RESULTS_DIR / f"hierarchy-{name}.json"
@@ -442,9 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"]["profile_settings"] = asdict(prof)["base"] | {"hosts": prof.hosts}
     write_json(out, results)
     log(f"results written to {out}")
-    plot_path = path_or_none(args.plot, None if name == "smoke" else PLOT)
-    if plot_path is not None:
-        log(plot(results, plot_path) or f"plot written to {plot_path}")
+    if name != "smoke":  # the docs' plot is the documented run's
+        log(plot(results, PLOT) or f"plot written to {PLOT}")
     with contextlib.suppress(BrokenPipeError):
         print_console(build_report(results))
     return 0

@@ -299,7 +299,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = parser("jobs_scale", __doc__, smoke="seconds (tests/bench)")
     ap.add_argument("--compare", metavar="REV", help="first run the gateway/ of git revision REV")
     ap.add_argument("--window", type=float, default=None, help="drain window (s)")
-    ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, nargs="?", const=REPO / "docs/img/jobs_scale.png")
     ap.add_argument("--keep-logs", action="store_true")
@@ -307,8 +306,6 @@ def main(argv: list[str] | None = None) -> int:
     prof = PROFILES[profile_name(args, "smoke")]
     if args.window is not None:
         prof = replace(prof, window_s=args.window)
-    if args.jobs is not None:
-        prof = replace(prof, jobs=args.jobs)
     started = dt.datetime.now(dt.UTC)
     srcdir = tmpdir()
     try:
