@@ -34,6 +34,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from unittest import mock
 
 from bench.balancing import (
     GATEWAY_SRC,
@@ -65,7 +66,6 @@ from bench.plots import p99_lines
 from bench.procs import (
     FleetProc,
     GatewayProc,
-    environment,
     free_port,
     gateway_config,
     spawn,
@@ -420,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     if haproxy_binary() is None:
         ap.error("haproxy is not installed: apt-get install haproxy")
     out = Path(args.out) if args.out else RESULTS_DIR / f"hierarchy-{name}.json"
-    with environment(GATEWAY_WORKERS=GATEWAY_WORKERS):  # every `python -m gateway` reads it
+    # every `python -m gateway` started meanwhile reads it; the environment is restored after
+    with mock.patch.dict(os.environ, GATEWAY_WORKERS=GATEWAY_WORKERS):
         results = asyncio.run(run(prof, out))
     results["meta"]["profile_settings"] = asdict(prof)["base"] | {"hosts": prof.hosts}
     write_json(out, results)

@@ -42,11 +42,13 @@ import contextlib
 import datetime as dt
 import itertools
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import psutil
 import psycopg
@@ -56,7 +58,7 @@ from bench.jobs import BacklogProfile, Stack, processes, result_of, sigterm_unwi
 from bench.jobs_docs import numbered_pdf
 from bench.jobs_scenarios import ADMIN_TOKEN, check_all, jobs_client, submit_all, wait_batch
 from bench.loadgen import percentile
-from bench.procs import GatewayProc, environment
+from bench.procs import GatewayProc
 from bench.procstat import MachineMeter, cpu_s, tree, tree_cpu_s
 from bench.report import Table
 from bench.workload import FleetSpec
@@ -369,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     prof = PROFILES[profile_name(args, "smoke")]
     started = dt.datetime.now(dt.UTC)
-    with sigterm_unwinds(), environment(GATEWAY_WORKERS="1"):  # read by python -m gateway
+    # every `python -m gateway` started meanwhile reads it; the environment is restored after
+    with sigterm_unwinds(), mock.patch.dict(os.environ, GATEWAY_WORKERS="1"):
         measured = asyncio.run(measure(prof, args.keep_logs))
     meta_extra = {"gateway_workers": 1}
     result = result_of(prof, started, prof.jobs_profile(), meta_extra, scenarios=measured)

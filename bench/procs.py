@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,18 +71,7 @@ class FleetProc:
         return sum(s["pages"] for s in await self.stats())
 
     def stop(self) -> None:
-        stop_process(self.proc)
-
-
-def stop_process(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGTERM, and SIGKILL if ``proc`` is still there after ``grace_s``."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_group(self.proc, 5.0)
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float) -> None:
@@ -121,13 +109,17 @@ def log_tail(path: Path, n: int = 30) -> str:
 async def until_healthy(
     url: str, proc: subprocess.Popen, timeout_s: float, name: str, log_path: Path
 ) -> None:
-    """:func:`wait_healthy`; a RuntimeError with the end of the log if ``proc`` exits or does
-    not answer in time (then it is stopped)."""
-    try:
-        if await wait_healthy(url, proc, timeout_s, name):
-            return
-    except RuntimeError as exc:
-        raise RuntimeError(f"{exc}:\n{log_tail(log_path)}") from None
+    """Poll ``GET url`` until it answers 200; a RuntimeError with the end of the log if ``proc``
+    exits or does not answer in ``timeout_s`` (then it is stopped)."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited {proc.returncode}:\n{log_tail(log_path)}")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url)).status_code == 200:
+                    return
+            await asyncio.sleep(0.1)
     stop_group(proc, 5.0)
     raise RuntimeError(f"{name} not healthy after {timeout_s}s:\n{log_tail(log_path)}")
 
@@ -139,6 +131,7 @@ def start_fleet(spec: FleetSpec) -> FleetProc:
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # a group of its own, as every process here: stop_group stops it
     )
     line = proc.stdout.readline()
     if not line:
@@ -227,22 +220,6 @@ def gateway_env(src: Path | None) -> dict[str, str]:
     return env
 
 
-@contextlib.contextmanager
-def environment(**values: str) -> Iterator[None]:
-    """``values`` in ``os.environ`` for the processes started meanwhile (``GATEWAY_WORKERS``
-    for every ``python -m gateway``), the previous environment restored afterwards."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def gateway_import_error(src: Path) -> str | None:
     """None if ``python -m gateway`` can import from ``src``; else the error's last lines."""
     r = subprocess.run(
@@ -283,21 +260,6 @@ async def start_gateway(
     return GatewayProc(proc, port, log_path, cfg_path)
 
 
-async def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, name: str) -> bool:
-    """Poll ``GET url`` until it answers 200 (True) or ``timeout_s`` passed (False); a
-    RuntimeError with the exit code if ``proc`` exits meanwhile."""
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited {proc.returncode}")
-            with contextlib.suppress(httpx.HTTPError):
-                if (await client.get(url)).status_code == 200:
-                    return True
-            await asyncio.sleep(0.1)
-    return False
-
-
 @dataclass
 class KeeperProc:
     """``python -m gateway.keeper`` in front of the fleet; it outlives gateway restarts."""
@@ -318,7 +280,7 @@ class KeeperProc:
         return answer.json()
 
     def stop(self) -> None:
-        stop_process(self.proc)
+        stop_group(self.proc, 5.0)
 
 
 async def start_keeper(
