@@ -71,10 +71,10 @@ from bench.procs import (
     spawn,
     start_fleet,
     start_gateway,
-    stop_group,
     tmpdir,
     until_healthy,
 )
+from bench.proxies import ProxyProc
 from bench.report import Report, Table, fmt_percentile, print_console, render_markdown
 from bench.workload import Workload, make_workload
 from components.haproxy import HEALTH_URI, Backend, HaproxySpec, render_haproxy
@@ -83,6 +83,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "bench" / "results"
 PLOT = REPO / "docs" / "img" / "hierarchy_p99_by_load.png"
 TARGET = 1.5
+SBIN = "/usr/sbin:/sbin"
 GATEWAY_WORKERS = "1"
 """Worker processes per gateway (``GATEWAY_WORKERS``): the simulated hosts share this machine's
 cores, so each gateway is one process, the one-gateway row's too."""
@@ -144,23 +145,11 @@ def split_round_robin(
 
 
 def haproxy_binary() -> str | None:
-    found = shutil.which("haproxy")
-    if found:
-        return found
-    return next((p for p in ("/usr/sbin/haproxy", "/sbin/haproxy") if os.access(p, os.X_OK)), None)
+    """haproxy on PATH, else in the sbin folders a user's PATH may leave out."""
+    return shutil.which("haproxy", path=os.pathsep.join((os.environ.get("PATH", ""), SBIN)))
 
 
-@dataclass
-class HaproxyProc:
-    proc: subprocess.Popen
-    port: int
-    log_path: Path
-
-    def stop(self) -> None:
-        stop_group(self.proc, 5.0)
-
-
-async def start_haproxy(spec: HaproxySpec, workdir: Path, tag: str) -> HaproxyProc:
+async def start_haproxy(spec: HaproxySpec, workdir: Path, tag: str) -> ProxyProc:
     """HAProxy as the balancer container runs it, on loopback; returns once its own health
     URI answers 200 (every gateway up)."""
     binary = haproxy_binary()
@@ -172,7 +161,7 @@ async def start_haproxy(spec: HaproxySpec, workdir: Path, tag: str) -> HaproxyPr
     proc = spawn([binary, "-W", "-db", "-f", str(config)], log_path)
     url = f"http://127.0.0.1:{spec.port}{HEALTH_URI}"
     await until_healthy(url, proc, 20, "haproxy", log_path)
-    return HaproxyProc(proc, spec.port, log_path)
+    return ProxyProc("haproxy", proc, spec.port, log_path)
 
 
 # ------------------------------------------------------------------------------ one run
@@ -192,7 +181,7 @@ async def run_hierarchy(
     base = prof.base
     groups = host_groups(len(fleet.ports), prof.hosts)
     gateways: list[GatewayProc] = []
-    hp: HaproxyProc | None = None
+    hp: ProxyProc | None = None
     client: MiniClient | None = None
     try:
         for k, group in enumerate(groups):

@@ -42,13 +42,13 @@ from bench.procs import free_port, launch_gateway, log_tail, snapshot_gateway, s
 REPO = Path(__file__).resolve().parent.parent
 
 APT_PACKAGES = {"nginx": "nginx-light", "wrk": "wrk"}
+SBIN = "/usr/sbin:/usr/local/sbin"
 FOREGROUND = ("-g", "daemon off; master_process on;")  # the master stays our child
 
 
 def nginx_binary() -> str | None:
-    return shutil.which("nginx") or next(
-        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
-    )
+    """nginx on PATH, else in the sbin folders a user's PATH may leave out."""
+    return shutil.which("nginx", path=os.pathsep.join((os.environ.get("PATH", ""), SBIN)))
 
 
 def ensure_tools(tools: tuple[str, ...] = ("nginx", "wrk")) -> dict[str, str]:
