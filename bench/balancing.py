@@ -42,6 +42,7 @@ from bench.loadgen import (
     Outcome,
     Sender,
     gateway_sender,
+    latency_ms,
     layout_bodies,
     ocr_bodies,
     percentile,
@@ -431,14 +432,6 @@ async def _sequential(send, n: int) -> list[float]:
     return lat
 
 
-def _pcts(lat: list[float]) -> dict:
-    return {
-        "n": len(lat),
-        "p50_ms": round(percentile(lat, 50) * 1000, 3) if lat else None,
-        "p99_ms": round(percentile(lat, 99) * 1000, 3) if lat else None,
-    }
-
-
 Poster = Callable[[int], Awaitable[Outcome]]
 
 
@@ -484,7 +477,7 @@ async def scenario_overhead(prof: Profile, workdir: Path, policies: list[str]) -
         d_seq = await _sequential(direct_send(), prof.overhead_seq_n)
         out: dict = {
             "instances": len(ports),
-            "direct": {"sequential": _pcts(d_seq)},
+            "direct": {"sequential": latency_ms(d_seq)},
             "policies": {},
         }
         pids = {"fleet": fleet.proc.pid}
@@ -505,7 +498,10 @@ async def scenario_overhead(prof: Profile, workdir: Path, policies: list[str]) -
                 n = prof.overhead_seq_n
                 g_ocr = await _sequential(_poster([client], "/ocr", ocr_body), n)
                 g_lp = await _sequential(_poster([client], "/layout-parsing", layout_body), n)
-                res: dict = {"sequential_ocr": _pcts(g_ocr), "sequential_layout": _pcts(g_lp)}
+                res: dict = {
+                    "sequential_ocr": latency_ms(g_ocr),
+                    "sequential_layout": latency_ms(g_lp),
+                }
                 for name, lat in (("ocr", g_ocr), ("layout", g_lp)):
                     for q in (50, 99) if lat and d_seq else ():
                         added = percentile(lat, q) - percentile(d_seq, q)
