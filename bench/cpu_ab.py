@@ -42,7 +42,7 @@ from bench.common import write_json
 from bench.cpu_cell import ROUTES
 from bench.cpucap import MIN_CORES, CpuCapError, CpuCaps, machine_cores
 from bench.fleet import layout_answer
-from bench.procs import gateway_config, start_fleet
+from bench.procs import QUIET, gateway_config, start_fleet
 from bench.procstat import MachineMeter, TreeMeter, tree
 from bench.proxies import (
     ProxyProc,
@@ -133,9 +133,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
     """Every (route, size) cell: per variant the figures of each round."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-cpu-ab-"))
     urls, fleet_pid, fleet = _start_fleet(args.fleet, workdir)
-    cfg = gateway_config(
-        urls, "queue", {"health": {"enabled": False}, "reload": {"enabled": False}}
-    )
+    cfg = gateway_config(urls, "queue", QUIET)
     many = len(args.workers) > 1
     gateways: dict[str, ProxyProc] = {}
     caps = CpuCaps() if args.worker_cores else None

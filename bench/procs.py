@@ -140,10 +140,14 @@ def start_fleet(spec: FleetSpec) -> FleetProc:
     return FleetProc(proc, json.loads(line))
 
 
-def gateway_config(
-    urls: list[str], mode: str, extra: dict | None = None, means: list[float] | None = None
-) -> dict:
-    """The gateway config for ``mode``, in the format of docs/architecture.md.
+QUIET = {"health": {"enabled": False}, "reload": {"enabled": False}}
+"""Config sections that turn off health probes and reload polling: no traffic but the measured
+one reaches the gateway."""
+
+
+def gateway_config(urls: list[str], mode: str, *extras: dict) -> dict:
+    """The gateway config for ``mode``, in the format of docs/architecture.md, each of
+    ``extras`` merged into it in turn (a section's keys into the section).
 
     Upstreams carry their topology (host/card/vllm), 3 PaddleX per vLLM and 2 vLLM per card as in
     the seed's matrix, so topology-aware policies have something to read.
@@ -174,11 +178,10 @@ def gateway_config(
             "remove_repeated_hui": {"enabled": True, "min_repeats": 2},
         },
     }
-    for k, v in (extra or {}).items():
-        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
-            cfg[k] = {**cfg[k], **v}
-        else:
-            cfg[k] = v
+    for k, v in (pair for extra in extras for pair in extra.items()):
+        if isinstance(v, dict):  # a new dict: the config shares nothing with QUIET or the caller
+            v = {**(cfg[k] if isinstance(cfg.get(k), dict) else {}), **v}
+        cfg[k] = v
     return cfg
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from bench.common import log, parser, path_or_none, profile_name, run_meta, write_json
 from bench.cpu_cell import ROUTES, Endpoint, WindowSpec, run_cell
-from bench.procs import gateway_config, gateway_import_error, start_fleet
+from bench.procs import QUIET, gateway_config, gateway_import_error, start_fleet
 from bench.procstat import tree
 from bench.proxies import (
     ProxyProc,
@@ -155,14 +155,6 @@ def _endpoints(fleet_port: int, proxies: dict[str, ProxyProc]) -> list[Endpoint]
     return eps
 
 
-def _gateway_extra(prof: Profile) -> dict:
-    """Health probes and reload polling off (no traffic but the measured one), then the user's."""
-    extra: dict = {"health": {"enabled": False}, "reload": {"enabled": False}}
-    for k, v in json.loads(prof.gateway_extra or "{}").items():
-        extra[k] = {**extra.get(k, {}), **v} if isinstance(v, dict) else v
-    return extra
-
-
 def run(prof: Profile, keep_logs: bool = False) -> dict:
     """Start the fleet and the proxies, measure every cell, return the results dict."""
     from bench.balancing import default_policy, gateway_fingerprint
@@ -181,7 +173,7 @@ def run(prof: Profile, keep_logs: bool = False) -> dict:
     fleet = start_fleet(FleetSpec(n=prof.instances, slow_factors=(), zero_latency=True))
     proxies: dict[str, ProxyProc] = {}
     try:
-        cfg = gateway_config(fleet.urls, policy, _gateway_extra(prof))
+        cfg = gateway_config(fleet.urls, policy, QUIET, json.loads(prof.gateway_extra or "{}"))
         try:
             if prof.with_nginx:
                 for w in prof.nginx_workers:
