@@ -78,7 +78,12 @@ PROFILES = {
         saturation_jobs=4, kill_jobs=3, lease_s=2.0,
     ),
 }  # fmt: skip
-SCENARIOS = ("idle", "mixed", "saturation", "kill")
+SCENARIOS = {
+    "idle": scenario_idle,
+    "mixed": scenario_mixed,
+    "saturation": scenario_saturation,
+    "kill": scenario_kill,
+}
 
 
 def config(
@@ -239,12 +244,7 @@ async def run(
         ctx = Context(prof, stack.fleet, "", stack.workdir, restart=launch, keeper=stack.keeper)
         await launch("jobs")
         out: dict[str, Any] = {}
-        for name, scenario in (
-            ("idle", scenario_idle),
-            ("mixed", scenario_mixed),
-            ("saturation", scenario_saturation),
-            ("kill", scenario_kill),
-        ):
+        for name, scenario in SCENARIOS.items():
             if name in scenarios:
                 print(f"-- scenario {name}", file=sys.stderr, flush=True)
                 out[name] = await scenario(ctx)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import math
 import os
 import random
@@ -400,8 +399,6 @@ async def scenario_saturation(ctx: Context) -> dict[str, Any]:
             jobs = await wait_batch(admin, batch, len(docs), limit_s=600)
         cpu = meter.read()
         log = await ctx.fleet.log()
-        if os.environ.get("BENCH_JOBS_DUMP"):
-            Path(os.environ["BENCH_JOBS_DUMP"]).write_text(json.dumps({"t0": wall0, "log": log}))
         checked = await check_all(a, jobs, ids, prof.doc_pages)
     times = completion_times(log, set(docs))
     n = len(times)
@@ -471,8 +468,6 @@ async def scenario_kill(ctx: Context) -> dict[str, Any]:
         checked = await check_all(a, jobs, ids, prof.doc_pages)
     keeper_after = await ctx.keeper.stats() if ctx.keeper is not None else None
     log = await ctx.fleet.log()
-    if os.environ.get("BENCH_JOBS_DUMP"):
-        Path(os.environ["BENCH_JOBS_DUMP"]).write_text(json.dumps({"t0": killed, "log": log}))
     twice = parsed_twice(log, set(docs))
     sizes = slices_of(log, set(docs))
     bound = sum(max(s) for s in sizes.values())
