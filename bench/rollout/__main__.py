@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shlex
 import sys
@@ -98,7 +99,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "meta": {
             "command": shlex.join(["python", "-m", "bench.rollout", *argv]),
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "machine": f"{_cores()} cores ({platform.platform()}, "
+            "machine": f"{os.cpu_count() or 1} cores ({platform.platform()}, "
             f"Python {platform.python_version()})",
             "vllm_per_card": a.vllm_per_card,
             "paddlex_per_card": a.vllm_per_card * a.paddlex_per_vllm,
@@ -138,12 +139,6 @@ def run(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                     _write(results, a.out)
     results["meta"]["wall_s"] = time.monotonic() - started
     return results
-
-
-def _cores() -> int:
-    import os
-
-    return os.cpu_count() or 1
 
 
 def _line(r: dict[str, Any]) -> str:
