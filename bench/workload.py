@@ -104,9 +104,7 @@ class Workload:
     requests: list[Request] = field(default_factory=list)
 
 
-def make_workload(
-    rate_rps: float, duration_s: float, seed: int, sigma: float, max_requests: int | None = None
-) -> Workload:
+def make_workload(rate_rps: float, duration_s: float, seed: int, sigma: float) -> Workload:
     """Poisson arrivals at ``rate_rps`` for ``duration_s`` seconds, lognormal work with mean 1.
 
     The unit-rate gaps and the works come from one seeded stream and are only *scaled* by the rate,
@@ -116,15 +114,13 @@ def make_workload(
     mu = -0.5 * sigma * sigma  # E[lognormal(mu, sigma)] = 1
     reqs: list[Request] = []
     t = 0.0
-    k = 0
     while True:
         gap = rng.expovariate(1.0)
         work = rng.lognormvariate(mu, sigma) if sigma > 0 else 1.0
         t += gap / rate_rps
-        if t >= duration_s or (max_requests is not None and k >= max_requests):
+        if t >= duration_s:
             break
-        reqs.append(Request(id=k, t=t, work=work))
-        k += 1
+        reqs.append(Request(id=len(reqs), t=t, work=work))
     return Workload(rate_rps=rate_rps, duration_s=duration_s, requests=reqs)
 
 
