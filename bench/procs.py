@@ -190,7 +190,6 @@ class GatewayProc:
     proc: subprocess.Popen
     port: int
     log_path: Path
-    config_path: Path
 
     def stop(self) -> None:
         stop_group(self.proc, 0.3)  # no need for a graceful drain: the run is over and measured
@@ -240,9 +239,9 @@ def gateway_import_error(src: Path) -> str | None:
 
 def launch_gateway(
     cfg: dict, workdir: Path, name: str, src: Path | None = None, extra_args: tuple[str, ...] = ()
-) -> tuple[subprocess.Popen, int, Path, Path]:
+) -> tuple[subprocess.Popen, int, Path]:
     """``python -m gateway`` with ``cfg`` on a free loopback port, in its own session, its
-    output in ``workdir``: (process, port, log path, config path). Not waited for."""
+    config and output in ``workdir``: (process, port, log path). Not waited for."""
     workdir.mkdir(parents=True, exist_ok=True)
     cfg_path = workdir / f"gateway-{name}.json" if name else workdir / "gateway.json"
     cfg_path.write_text(json.dumps(cfg, indent=1))
@@ -251,16 +250,16 @@ def launch_gateway(
     cmd = [sys.executable, "-m", "gateway", "--config", str(cfg_path)]
     cmd += ["--host", "127.0.0.1", "--port", str(port), *extra_args]
     proc = spawn(cmd, log_path, cwd=src or REPO, env=gateway_env(src))
-    return proc, port, log_path, cfg_path
+    return proc, port, log_path
 
 
 async def start_gateway(
     cfg: dict, workdir: Path, name: str, timeout_s: float = 30.0, src: Path | None = None
 ) -> GatewayProc:
     """:func:`launch_gateway`, healthy when this returns."""
-    proc, port, log_path, cfg_path = launch_gateway(cfg, workdir, name, src)
+    proc, port, log_path = launch_gateway(cfg, workdir, name, src)
     await until_healthy(f"http://127.0.0.1:{port}/health", proc, timeout_s, "gateway", log_path)
-    return GatewayProc(proc, port, log_path, cfg_path)
+    return GatewayProc(proc, port, log_path)
 
 
 @dataclass

@@ -263,7 +263,7 @@ def start_gateway(
     timeout_s: float = 60.0,
 ) -> ProxyProc:
     """``python -m gateway`` with ``cfg`` (from ``src``, a snapshot of gateway/, if given)."""
-    proc, port, log_path, _ = launch_gateway(cfg, workdir, "", src, tuple(extra_args or ()))
+    proc, port, log_path = launch_gateway(cfg, workdir, "", src, tuple(extra_args or ()))
     gw = ProxyProc("gateway", proc, port, log_path)
     gw.wait_ready("/health", timeout_s)
     return gw
