@@ -139,10 +139,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
     caps = CpuCaps() if args.worker_cores else None
     capped: dict[str, list[int]] = {}
     try:
-        srcs = {}
-        for rev in args.revs:
-            name = rev or "worktree"
-            srcs[rev] = snapshot_rev(workdir / name, rev)
+        srcs = {rev: snapshot_rev(workdir / (rev or "worktree"), rev) for rev in args.revs}
         for rev, workers in itertools.product(args.revs, args.workers):
             name = Variant(rev, workers).name(many)
             folder = workdir / f"gw-{name.replace(' ', '-')}"
