@@ -29,6 +29,7 @@ import re
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -72,16 +73,10 @@ GATEWAY_SRC: dict[str, Path] = {}  # the snapshot of gateway/ that this run star
 def default_policy(src: Path | None = None) -> str:
     """The gateway's own default (``DEFAULT_MODE`` in gateway/config/settings.py), else
     ``queue``."""
-    root = src if src is not None else Path(__file__).resolve().parent.parent
+    root = (src if src is not None else Path(__file__).resolve().parent.parent) / "gateway"
     # gateway/config/settings.py; gateway/settings.py in a snapshot from before the layers
-    for path in (root / "gateway" / "config" / "settings.py", root / "gateway" / "settings.py"):
-        try:
-            text = path.read_text()
-            break
-        except OSError:
-            continue
-    else:
-        return "queue"
+    path = next((p for p in (root / "config", root) if (p / "settings.py").is_file()), None)
+    text = (path / "settings.py").read_text() if path is not None else ""
     m = re.search(r'^DEFAULT_MODE\s*(?::\s*\w+\s*)?=\s*["\']([a-z_0-9]+)["\']', text, re.M)
     return m.group(1) if m else "queue"
 
@@ -281,17 +276,13 @@ async def gateway_view(port: int) -> dict:
     except (httpx.HTTPError, ValueError) as exc:
         return {"error": repr(exc)[:200]}
     view = {k: v for k, v in body.items() if not isinstance(v, (list, dict))}
-    outcomes: dict[str, int] = {}
-    states: dict[str, int] = {}
-    ejections = 0
-    for u in body.get("upstreams", []) if isinstance(body.get("upstreams"), list) else []:
-        for k, v in (u.get("requests") or {}).items():
-            if isinstance(v, int):
-                outcomes[k] = outcomes.get(k, 0) + v
-        states[str(u.get("state"))] = states.get(str(u.get("state")), 0) + 1
-        ejections += int(u.get("ejections") or 0)
-    view.update({"outcomes": outcomes, "states": states, "ejections": ejections})
-    return view
+    ups = body["upstreams"] if isinstance(body.get("upstreams"), list) else []
+    outcomes: Counter[str] = Counter()
+    for u in ups:
+        outcomes.update({k: v for k, v in (u.get("requests") or {}).items() if isinstance(v, int)})
+    states = Counter(str(u.get("state")) for u in ups)
+    ejections = sum(int(u.get("ejections") or 0) for u in ups)
+    return view | {"outcomes": dict(outcomes), "states": dict(states), "ejections": ejections}
 
 
 def des_summary(workload, means, pick, warmup_s, duration_s, slow: set[int]) -> dict:
