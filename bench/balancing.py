@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import json
 import os
@@ -441,12 +440,12 @@ def _poster(clients: list[MiniClient], path: str, body: bytes) -> Poster:
     return send
 
 
-async def _closed_loops(send: Callable[[], Poster], prof: Profile, pids: dict) -> list[dict]:
+async def _closed_loops(send: Poster, prof: Profile, pids: dict) -> list[dict]:
     """A closed-loop run at each concurrency of the profile, with the CPU cores of ``pids``."""
     runs = []
     for c in prof.overhead_concurrency:
         meter = CpuMeter({**pids, "loadgen": os.getpid()})
-        r = await run_closed_loop(send(), c, prof.overhead_closed_s, 0.5)
+        r = await run_closed_loop(send, c, prof.overhead_closed_s, 0.5)
         r["cpu_cores"] = meter.read()
         runs.append(r)
     return runs
@@ -460,12 +459,9 @@ async def scenario_overhead(prof: Profile, workdir: Path, policies: list[str]) -
         direct = [MiniClient("127.0.0.1", p) for p in ports]
         layout_body = json.dumps({"file": png_b64(0.0, 0), "fileType": 1}).encode()
         ocr_body = json.dumps({"base64": png_b64(0.0, 0)}).encode()
-
-        def direct_send() -> Poster:
-            return _poster(direct, "/layout-parsing", layout_body)
-
+        direct_send = _poster(direct, "/layout-parsing", layout_body)  # each instance in turn
         log("scenario 3: direct to the zero-latency fleet")
-        d_seq = await _sequential(direct_send(), prof.overhead_seq_n)
+        d_seq = await _sequential(direct_send, prof.overhead_seq_n)
         out: dict = {
             "instances": len(ports),
             "direct": {"sequential": latency_ms(d_seq)},
@@ -498,8 +494,7 @@ async def scenario_overhead(prof: Profile, workdir: Path, policies: list[str]) -
                         added = percentile(lat, q) - percentile(d_seq, q)
                         res[f"added_{name}_p{q}_ms"] = round(added * 1000, 3)
                 gw_pids = {"gateway": gw.proc.pid, **pids}
-                ocr_send = functools.partial(_poster, [client], "/ocr", ocr_body)
-                closed = await _closed_loops(ocr_send, prof, gw_pids)
+                closed = await _closed_loops(_poster([client], "/ocr", ocr_body), prof, gw_pids)
                 res["closed_loop_ocr"] = closed
                 res["max_rps"] = max((r["rps"] for r in closed), default=None)
                 out["policies"][policy] = res
