@@ -226,7 +226,7 @@ async def run_hierarchy(
 # ------------------------------------------------------------------------------ the benchmark
 
 
-async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
+async def run(prof: HierarchyProfile, out_path: Path) -> dict:
     base = prof.base
     workdir = tmpdir()
     src = await snapshot_importable_gateway(workdir, 0.0)
@@ -247,6 +247,7 @@ async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
             haproxy=_haproxy_version(),
             windows={"duration_s": base.duration_s, "warmup_s": base.warmup_s},
             command=" ".join(["python -m bench.hierarchy", *sys.argv[1:]]),
+            profile_settings=asdict(prof)["base"] | {"hosts": prof.hosts},
         ),
         "loads": {},
     }
@@ -282,8 +283,7 @@ async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
             results["loads"][key] = {"rate_rps": round(wl.rate_rps, 2), "rows": rows}
             results["targets"] = targets(results)
             results["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
-            if out_path is not None:
-                write_json(out_path, results)
+            write_json(out_path, results)
     finally:
         fleet.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -412,8 +412,6 @@ def main(argv: list[str] | None = None) -> int:
     # every `python -m gateway` started meanwhile reads it; the environment is restored after
     with mock.patch.dict(os.environ, GATEWAY_WORKERS=GATEWAY_WORKERS):
         results = asyncio.run(run(prof, out))
-    results["meta"]["profile_settings"] = asdict(prof)["base"] | {"hosts": prof.hosts}
-    write_json(out, results)
     log(f"results written to {out}")
     if name != "smoke":  # the docs' plot is the documented run's
         log(plot(results, PLOT) or f"plot written to {PLOT}")
