@@ -49,6 +49,7 @@ from bench.proxies import (
     start_nginx,
 )
 from bench.proxy_cpu_report import cell
+from bench.report import print_console
 from bench.workload import FleetSpec, png_with_work
 from bench.wrk import run_wrk, write_script
 from fleetctl.png import encode_png
@@ -329,13 +330,13 @@ def print_check(targets: list[dict]) -> bool:
 def publish(results: dict, out: Path | None, docs: Path | None, img_dir: Path | None) -> None:
     """Write the results file, the plot and the docs tables (each where given)."""
     from bench import plots
-    from bench.proxy_cpu_report import build_report, print_report, update_docs
+    from bench.proxy_cpu_report import build_report, update_docs
 
     if out is not None:
         write_json(out, results)
         log(f"results written to {out}")
     report = build_report(results)
-    print_report(report)
+    print_console(report)
     if img_dir is not None:
         why = plots.unavailable()
         if why:

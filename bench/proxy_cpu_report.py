@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.report import Report, Table, print_console, render_markdown
+from bench.report import Report, Table, render_markdown
 
 BEGIN = "<!-- bench.proxy_cpu results: begin (python -m bench.proxy_cpu rewrites this part) -->"
 END = "<!-- bench.proxy_cpu results: end -->"
@@ -238,10 +238,6 @@ def _added_table(results: Results) -> Table:
     title = "Latency added over the fleet answered directly (p50 / p99)"
     cols = _shown(results, lambda c, size, conc: _added(c, direct(size, conc)))
     return _grid_table(results, title, cols)
-
-
-def print_report(report: Report) -> None:
-    print_console(report)
 
 
 def markdown(report: Report) -> str:
