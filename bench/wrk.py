@@ -111,15 +111,11 @@ def parse_output(stdout: str) -> WrkResult:
     raise ValueError(f"no {MARKER.strip()} line in wrk's output: {stdout[-500:]!r}")
 
 
-def wrk_binary() -> str | None:
-    return shutil.which("wrk")
-
-
 def wrk_command(
     url: str, script: Path, connections: int, seconds: int, timeout_s: float = 60.0
 ) -> list[str]:
     """wrk's command line: one thread, ``connections`` connections, ``seconds`` whole seconds."""
-    exe = wrk_binary()
+    exe = shutil.which("wrk")
     if exe is None:
         raise RuntimeError("wrk is not installed (apt-get install wrk)")
     if seconds < 1:
