@@ -38,7 +38,7 @@ from typing import Any
 
 from PIL import Image
 
-from bench.common import pyplot, save_figure
+from bench.common import pyplot, save_figure, write_json
 from bench.report import Table
 from bench.rollout.load import percentile, png_bytes
 from fleetctl.client import AsyncClient, OcrError, RetryPolicy
@@ -50,6 +50,8 @@ REPO = Path(__file__).resolve().parent.parent
 PORTS = 23000
 USER_TOKEN = "soak-user-" + os.urandom(12).hex()
 ADMIN_TOKEN = "soak-admin-" + os.urandom(12).hex()
+WORKERS = {"image": 4, "pdf": 2, "job": 2}
+"""Clients sending small images, sending 3-page PDFs, running 12-page jobs."""
 SIM_PORT = re.compile(r"sim-vllm:\d+")
 """The simulated model names the vLLM that answered: equal pages differ only there."""
 
@@ -356,18 +358,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=60)
     parser.add_argument("--fault-every", type=float, default=300, help="seconds between faults")
     parser.add_argument("--window", type=float, default=300, help="seconds per report window")
-    parser.add_argument("--images", type=int, default=4, help="clients sending small images")
-    parser.add_argument("--pdfs", type=int, default=2, help="clients sending 3-page PDFs")
-    parser.add_argument("--jobs", type=int, default=2, help="clients running 12-page jobs")
     parser.add_argument("--ports", type=int, default=PORTS, help="the stack's block of ports")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "soak.json")
     parser.add_argument("--plot", type=Path, default=REPO / "docs" / "img" / "soak_memory.png")
     a = parser.parse_args(argv)
-    workers = {"image": a.images, "pdf": a.pdfs, "job": a.jobs}
-    result = soak(a.minutes, a.fault_every, a.window, workers, a.ports)
+    result = soak(a.minutes, a.fault_every, a.window, WORKERS, a.ports)
     result["command"] = "python -m bench.soak " + " ".join(argv or sys.argv[1:])
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(a.out, result)
     with contextlib.suppress(ImportError):
         plot_memory(result, a.plot)
     print(markdown(result))
