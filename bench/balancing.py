@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import log, parser, profile_name, run_meta, write_json
+from bench.common import comma_list, log, parser, profile_name, run_meta, write_json
 from bench.ideal import LiveIdeal, simulate_ideal
 from bench.loadgen import (
     Outcome,
@@ -64,6 +64,7 @@ from bench.procstat import CpuMeter
 from bench.report import build_report, fmt_percentile, print_console
 from bench.workload import FleetSpec, Workload, make_workload, png_b64
 
+KILL_MODES = ("refuse", "hang")
 ALL_POLICIES = ("round_robin", "random", "least_inflight", "p2c", "queue")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 GATEWAY_SRC: dict[str, Path] = {}  # the snapshot of gateway/ that this run starts
@@ -90,7 +91,7 @@ class Profile:
     warmup_s: float = 2.0  # arrivals before this are not measured
     drain_s: float = 5.0  # wait after the last arrival; still open then = unfinished
     live_ideal_loads: tuple[float, ...] = (0.85,)
-    kill_modes: tuple[str, ...] = ("refuse", "hang")
+    kill_modes: tuple[str, ...] = KILL_MODES
     kill_policies: tuple[str, ...] | None = None  # None: all policies
     kill_load: float = 0.60  # of the full fleet's capacity; the 90 % left runs at ~67 %
     kill_fraction: float = 0.10
@@ -636,10 +637,12 @@ def main(argv: list[str] | None = None) -> int:
         "balancing", __doc__, quick="8 s windows (about half the default run)",
         full="60 s windows (~45 min)", smoke="seconds; for tests/bench",
     )  # fmt: skip
-    ap.add_argument("--policies", help="comma-separated subset of " + ",".join(ALL_POLICIES))
-    ap.add_argument("--loads", help="comma-separated percentages, e.g. 50,85")
-    ap.add_argument("--scenarios", default="1,2,3", help="which scenarios to run (default 1,2,3)")
-    ap.add_argument("--kill-modes", help="refuse,hang")
+    policies = comma_list(choices=ALL_POLICIES)
+    ap.add_argument("--policies", type=policies, help="a subset of " + ",".join(ALL_POLICIES))
+    ap.add_argument("--loads", type=comma_list(float, least=0), help="percentages, e.g. 50,85")
+    scenarios = comma_list(choices="123")
+    ap.add_argument("--scenarios", type=scenarios, default="1,2,3", help="which to run (all)")
+    ap.add_argument("--kill-modes", type=comma_list(choices=KILL_MODES), help="refuse,hang")
     ap.add_argument("--gateway-extra", help="JSON merged into every gateway config")
     ap.add_argument(
         "--workers",
@@ -664,15 +667,11 @@ def main(argv: list[str] | None = None) -> int:
     name = profile_name(args, "quick", "full", "smoke")
     prof = PROFILES[name]
     if args.policies:
-        pols = tuple(p.strip() for p in args.policies.split(",") if p.strip())
-        bad = [p for p in pols if p not in ALL_POLICIES]
-        if bad:
-            ap.error(f"unknown policies {bad}")
-        prof = replace(prof, policies=pols)
+        prof = replace(prof, policies=tuple(args.policies))
     if args.loads:
-        prof = replace(prof, loads=tuple(float(x) / 100 for x in args.loads.split(",")))
+        prof = replace(prof, loads=tuple(x / 100 for x in args.loads))
     if args.kill_modes:
-        prof = replace(prof, kill_modes=tuple(args.kill_modes.split(",")))
+        prof = replace(prof, kill_modes=tuple(args.kill_modes))
     if args.gateway_extra:
         prof = replace(prof, gateway_extra=json.loads(args.gateway_extra))
     if args.workers is not None:
@@ -680,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--workers must be at least 1")
         os.environ["GATEWAY_WORKERS"] = str(args.workers)  # read by every gateway it starts
     out = Path(args.out) if args.out else RESULTS_DIR / f"{name}.json"
-    scen = {s.strip() for s in args.scenarios.split(",")}
+    scen = set(args.scenarios)
     results = asyncio.run(run(prof, out, scen, args.keep_logs, args.wait_gateway))
     with contextlib.suppress(BrokenPipeError):
         print_console(build_report(results))

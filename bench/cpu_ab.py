@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import write_json
+from bench.common import comma_list, write_json
 from bench.cpu_cell import ROUTES
 from bench.cpucap import MIN_CORES, CpuCapError, CpuCaps, machine_cores
 from bench.fleet import layout_answer
@@ -261,17 +261,13 @@ def report(
     return table.markdown()
 
 
-def _list(kind):
-    return lambda s: [kind(x) for x in s.split(",")]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--revs", type=_list(str), default=["HEAD", ""])
-    parser.add_argument("--routes", type=_list(str), default=["pass", "ocr"])
-    parser.add_argument("--sizes", type=_list(str), default=["tiny", "1 MB"])
+    parser.add_argument("--revs", type=lambda s: s.split(","), default=["HEAD", ""])  # '': tree
+    parser.add_argument("--routes", type=comma_list(choices=ROUTES), default=["pass", "ocr"])
+    parser.add_argument("--sizes", type=comma_list(choices=SIZES), default=["tiny", "1 MB"])
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--workers", type=_list(int), default=[1], help="e.g. 1,2")
+    parser.add_argument("--workers", type=comma_list(int, least=1), default=[1], help="e.g. 1,2")
     parser.add_argument("--fleet", choices=("sim", "canned"), default="sim")
     parser.add_argument("-c", type=int, default=1, help="wrk connections")
     parser.add_argument("-s", type=int, default=2, help="seconds per wrk run")
@@ -284,12 +280,6 @@ def main(argv: list[str] | None = None) -> int:
         "cores are the gateway's own, the rest left to wrk and the fleet (bench.cpucap)",
     )
     args = parser.parse_args(argv)
-    if set(args.routes) - set(ROUTES):
-        parser.error(f"--routes: {sorted(set(args.routes) - set(ROUTES))}; known: {sorted(ROUTES)}")
-    if set(args.sizes) - set(SIZES):
-        parser.error(f"--sizes: {sorted(set(args.sizes) - set(SIZES))}; known: {list(SIZES)}")
-    if min(args.workers) < 1:
-        parser.error(f"--workers: {args.workers}; a worker count is at least 1")
     if args.worker_cores is not None:
         if not MIN_CORES <= args.worker_cores <= 1:
             parser.error(

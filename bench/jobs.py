@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import parser, profile_name, run_meta, write_json
+from bench.common import comma_list, parser, profile_name, run_meta, write_json
 from bench.jobs_report import markdown, targets
 from bench.jobs_scenarios import (
     ADMIN_TOKEN,
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--slow", action="store_true", help="3 slow instances (3x, 4x, 5x) as in bench.balancing"
     )
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--scenarios", type=comma_list(choices=SCENARIOS), default=",".join(SCENARIOS))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--keep-logs", action="store_true")
     ap.add_argument("--no-keeper", action="store_true", help="job slices straight to the instances")
@@ -281,10 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         prof = replace(
             prof, name=prof.name + "-slow", fleet=replace(prof.fleet, slow_factors=(3.0, 4.0, 5.0))
         )
-    scenarios = tuple(s for s in args.scenarios.split(",") if s)
-    unknown = set(scenarios) - set(SCENARIOS)
-    if unknown:
-        ap.error(f"--scenarios: unknown {sorted(unknown)} (expected some of {','.join(SCENARIOS)})")
+    scenarios = tuple(args.scenarios)
     started = dt.datetime.now(dt.UTC)
     with sigterm_unwinds():
         measured = asyncio.run(

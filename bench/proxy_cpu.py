@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from bench.common import log, parser, path_or_none, profile_name, run_meta, write_json
+from bench.common import comma_list, log, parser, path_or_none, profile_name, run_meta, write_json
 from bench.cpu_cell import ROUTES, Endpoint, WindowSpec, run_cell
 from bench.procs import QUIET, gateway_config, gateway_import_error, start_fleet
 from bench.procstat import tree
@@ -369,10 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = parser("proxy_cpu", __doc__, smoke="seconds: 4 upstreams, 2 small sizes")
     ap.add_argument("--check", action="store_true", help="exit 1 if a CPU target is missed")
     ap.add_argument("--from", dest="from_file", type=Path, help="report a results file, no run")
-    ap.add_argument("--sizes", help="comma-separated subset of: " + ", ".join(SIZES))
-    ap.add_argument("--concurrency", help="comma-separated, e.g. 1,32")
+    ap.add_argument("--sizes", type=comma_list(choices=SIZES), help="some of " + ", ".join(SIZES))
+    ap.add_argument("--concurrency", type=comma_list(int, least=1), help="counts, e.g. 1,32")
     ap.add_argument("--seconds", type=float, help="shortest measured window per cell (1.5)")
-    ap.add_argument("--nginx-workers", help="comma-separated worker_processes values, e.g. 1,auto")
+    ap.add_argument("--nginx-workers", type=comma_list(), help="worker_processes values: 1,auto")
     ap.add_argument("--no-nginx", action="store_true", help="measure the gateway alone")
     ap.add_argument("--gateway-args", default="", help='extra gateway arguments: "--workers 2"')
     ap.add_argument("--gateway-extra", default="", help="JSON merged into the gateway config")
@@ -388,26 +388,16 @@ def main(argv: list[str] | None = None) -> int:
     prof = PROFILES[profile_name(args, "smoke")]
     changes: dict = {}
     if args.sizes:
-        sizes = tuple(s.strip() for s in args.sizes.split(","))
-        bad = [s for s in sizes if s not in SIZES]
-        if bad:
-            ap.error(f"--sizes: unknown {bad} (expected some of {list(SIZES)})")
-        changes["sizes"] = sizes
+        changes["sizes"] = tuple(args.sizes)
     if args.concurrency:
-        try:
-            concs = tuple(int(x) for x in args.concurrency.split(","))
-        except ValueError:
-            ap.error(f"--concurrency: {args.concurrency!r} is not a comma-separated list of counts")
-        if min(concs) < 1:
-            ap.error("--concurrency: each count must be at least 1")
-        changes["concurrency"] = concs
+        changes["concurrency"] = tuple(args.concurrency)
     if args.seconds:
         w = prof.window
         changes["window"] = replace(
             w, measure_s=args.seconds, max_seconds=max(math.ceil(args.seconds + 1), w.max_seconds)
         )
     if args.nginx_workers:
-        changes["nginx_workers"] = tuple(args.nginx_workers.split(","))
+        changes["nginx_workers"] = tuple(args.nginx_workers)
     if args.no_nginx:
         changes["with_nginx"] = False
     try:
