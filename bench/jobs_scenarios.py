@@ -36,6 +36,7 @@ from bench.jobs_docs import (
     completion_times,
     fluid_pages,
     numbered_pdf,
+    page_of,
     parsed_twice,
     slices_of,
     twice_by_first_parse,
@@ -77,13 +78,13 @@ async def wait(
         await asyncio.sleep(poll_s)
 
 
-async def ocr_once(client: AsyncClient, pdf_b64: str) -> tuple[bool, int]:
-    """One interactive ``POST /ocr``: (answered with a text, HTTP status; 0: no answer)."""
+async def ocr_once(client: AsyncClient, pdf_b64: str) -> Outcome:
+    """One interactive ``POST /ocr``, answered with a text or not (HTTP status 0: no answer)."""
     try:
         await client.call("POST", "/ocr", read_ocr, json={"base64": pdf_b64})
     except OcrError as exc:
-        return False, exc.status or 0
-    return True, 200
+        return Outcome(False, exc.status or 0, f"HTTP {exc.status or 0}")
+    return Outcome(True, 200)
 
 
 def b64(data: bytes) -> str:
@@ -282,7 +283,7 @@ def _busy(log: list[dict[str, Any]], t0: float, t1: float, instances: int) -> di
     for entry in log:
         overlap = min(entry["end"], t1) - max(entry["start"], t0)
         if overlap > 0:
-            doc = entry["pages"][0][1] // 2 - 1000 if entry["pages"] else -1
+            doc = page_of(*entry["pages"][0])[0] if entry["pages"] else -1
             shares["one_page" if doc == ONE_PAGE_DOC else "jobs"] += overlap
     span = max(1e-9, (t1 - t0) * instances)
     return {k: round(v / span, 4) for k, v in shares.items()}
@@ -298,8 +299,7 @@ async def _interactive(
     one_page = b64(numbered_pdf(ONE_PAGE_DOC, 1))
 
     async def send(_: Request) -> Outcome:
-        ok, status = await ocr_once(client, one_page)
-        return Outcome(ok, status, "" if ok else f"HTTP {status}")
+        return await ocr_once(client, one_page)
 
     await ctx.fleet.log()
     meter = ctx.cpu_meter()
@@ -471,7 +471,7 @@ async def scenario_kill(ctx: Context) -> dict[str, Any]:
     twice = parsed_twice(log, set(docs))
     sizes = slices_of(log, set(docs))
     bound = sum(max(s) for s in sizes.values())
-    mine = [e for e in log if e["pages"] and e["pages"][0][1] // 2 - 1000 in set(docs)]
+    mine = [e for e in log if e["pages"] and page_of(*e["pages"][0])[0] in set(docs)]
     in_flight = [e for e in mine if e["start"] <= killed <= e["end"]]
     after = [e["start"] for e in mine if e["start"] > restarted]
     per_job = [twice.get(doc, 0) / max(sizes.get(doc, [1])) for doc in docs]
