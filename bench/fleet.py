@@ -77,14 +77,6 @@ class Job:
     entry: dict[str, Any] | None = None  # logged once the parse has run to its end
 
 
-def pdf_page_sizes(raw: bytes) -> list[tuple[int, int]] | None:
-    """Rendered (width, height) of each page of a PDF, None if PDFium cannot read it."""
-    try:
-        return protocol.pdf_page_sizes(raw)
-    except Exception:
-        return None
-
-
 class Instance:
     def __init__(self, spec: InstanceSpec, fleet: FleetSpec):
         self.spec = spec
@@ -247,7 +239,10 @@ class Instance:
 
     async def _pdf(self, body: dict[str, Any], raw: bytes) -> HttpResponse:
         """A PDF under the cost model: ``request_s + pages * page_s`` (times the factor)."""
-        sizes = await asyncio.to_thread(pdf_page_sizes, raw)
+        try:  # each page's rendered (width, height), read with PDFium as PaddleX does
+            sizes = await asyncio.to_thread(protocol.pdf_page_sizes, raw)
+        except Exception:  # a PDF PDFium cannot read: PaddleX fails it
+            sizes = []
         if not sizes:
             return _err(500, "Internal server error")
         log_id = body.get("logId") or str(uuid.uuid4())
