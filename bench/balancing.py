@@ -576,7 +576,7 @@ async def run(
     results: dict = {
         "meta": run_meta(
             prof.name,
-            fleet=prof.fleet.to_dict(),
+            fleet=asdict(prof.fleet),
             capacity_rps=round(prof.fleet.capacity_rps(), 2),
             policies=list(prof.policies),
             default_policy=default,

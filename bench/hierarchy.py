@@ -237,7 +237,7 @@ async def run(prof: HierarchyProfile, out_path: Path) -> dict:
     results: dict = {
         "meta": run_meta(
             base.name,
-            fleet=base.fleet.to_dict(),
+            fleet=asdict(base.fleet),
             capacity_rps=round(cap, 2),
             hosts=prof.hosts,
             host_instances=[len(g) for g in groups],

@@ -213,7 +213,7 @@ def result_of(
     measured (``parts``)."""
     return {
         "meta": run_meta(prof.name, started=started.isoformat(timespec="seconds"), **meta_extra),
-        "profile": {**asdict(prof), "fleet": prof.fleet.to_dict()},
+        "profile": asdict(prof),
         "capacity": capacities(jobs_prof),
         **parts,
     }

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +126,7 @@ async def until_healthy(
 
 def start_fleet(spec: FleetSpec) -> FleetProc:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.fleet", "--spec", json.dumps(spec.to_dict())],
+        [sys.executable, "-m", "bench.fleet", "--spec", json.dumps(asdict(spec))],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -17,7 +17,7 @@ import base64
 import math
 import random
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from fleetctl.png import encode_png
 
@@ -83,11 +83,6 @@ class FleetSpec:
     def capacity_rps(self) -> float:
         """Sum over instances of 1 / mean service time (slow ones included)."""
         return sum(1.0 / s.mean_s for s in self.instances() if s.mean_s > 0)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["slow_factors"] = list(self.slow_factors)
-        return d
 
 
 @dataclass(frozen=True)
