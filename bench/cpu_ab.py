@@ -31,7 +31,6 @@ import argparse
 import itertools
 import multiprocessing
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,7 +53,7 @@ from bench.proxies import (
 from bench.proxy_cpu import SIZES, bodies, document
 from bench.report import Table
 from bench.workload import FleetSpec
-from bench.wrk import parse_output, write_script, wrk_command
+from bench.wrk import run_wrk, write_script
 from doubles.paddlex import healthy, restructure_result, success
 
 
@@ -114,10 +113,8 @@ def _run_once(gw: ProxyProc, script: Path, args: argparse.Namespace, fleet_pid: 
     """One wrk run against ``gw``: CPU per answer, answers per second, the others' cores."""
     gateway, fleet, machine = TreeMeter(gw.pid), TreeMeter(fleet_pid), MachineMeter()
     t0 = time.monotonic()
-    cmd = wrk_command(f"http://127.0.0.1:{gw.port}", script, args.c, args.s)
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    res = run_wrk(f"http://127.0.0.1:{gw.port}", script, args.c, args.s)
     elapsed = time.monotonic() - t0
-    res = parse_output(out.stdout)
     gw_s, fleet_s, busy = gateway.read(), fleet.read(), machine.read()
     return {
         "ms": gw_s / max(1, res.requests) * 1000,
