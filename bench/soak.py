@@ -20,7 +20,6 @@ memory over time (``docs/img/soak_memory.png``), and every fault with what it di
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import io
@@ -38,7 +37,7 @@ from typing import Any
 
 from PIL import Image
 
-from bench.common import pyplot, save_figure, write_json
+from bench.common import parser, pyplot, save_figure, write_json
 from bench.report import Table
 from bench.rollout.load import percentile, png_bytes
 from fleetctl.client import AsyncClient, OcrError, RetryPolicy
@@ -354,14 +353,14 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
-    parser.add_argument("--minutes", type=float, default=60)
-    parser.add_argument("--fault-every", type=float, default=300, help="seconds between faults")
-    parser.add_argument("--window", type=float, default=300, help="seconds per report window")
-    parser.add_argument("--ports", type=int, default=PORTS, help="the stack's block of ports")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "soak.json")
-    parser.add_argument("--plot", type=Path, default=REPO / "docs" / "img" / "soak_memory.png")
-    a = parser.parse_args(argv)
+    ap = parser("soak", __doc__)
+    ap.add_argument("--minutes", type=float, default=60)
+    ap.add_argument("--fault-every", type=float, default=300, help="seconds between faults")
+    ap.add_argument("--window", type=float, default=300, help="seconds per report window")
+    ap.add_argument("--ports", type=int, default=PORTS, help="the stack's block of ports")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "soak.json")
+    ap.add_argument("--plot", type=Path, default=REPO / "docs" / "img" / "soak_memory.png")
+    a = ap.parse_args(argv)
     result = soak(a.minutes, a.fault_every, a.window, WORKERS, a.ports)
     result["command"] = "python -m bench.soak " + " ".join(argv or sys.argv[1:])
     write_json(a.out, result)
