@@ -92,7 +92,6 @@ class Profile:
     drain_s: float = 5.0  # wait after the last arrival; still open then = unfinished
     live_ideal_loads: tuple[float, ...] = (0.85,)
     kill_modes: tuple[str, ...] = KILL_MODES
-    kill_policies: tuple[str, ...] | None = None  # None: all policies
     kill_load: float = 0.60  # of the full fleet's capacity; the 90 % left runs at ~67 %
     kill_fraction: float = 0.10
     kill_duration_s: float = 15.0
@@ -102,7 +101,6 @@ class Profile:
     # so that the p99 the 0.15 target divides by is measured rather than cut off
     reference_drain_s: float = 60.0
     target_load: float = 0.85
-    overhead: bool = True
     overhead_seq_n: int = 300
     overhead_closed_s: float = 4.0
     overhead_concurrency: tuple[int, ...] = (8, 32)
@@ -112,7 +110,6 @@ class Profile:
     # during which other processes used more than max_other_cores, is run once more
     max_lag_ms: float = 250.0
     max_other_cores: float = 0.5
-    retry_disturbed: bool = True
 
 
 PROFILES = {
@@ -254,7 +251,7 @@ async def measured(run, prof: Profile, what: str):
     """Run ``run()`` (-> (summary, samples)); once more if the machine disturbed it."""
     summary, samples = await run()
     why = disturbed(summary, prof)
-    if why and prof.retry_disturbed:
+    if why:
         log(f"  disturbed ({why}); running {what} again")
         summary2, samples2 = await run()
         why2 = disturbed(summary2, prof)
@@ -384,7 +381,7 @@ async def scenario_kill(fleet: FleetProc, prof: Profile, workdir: Path) -> dict:
     }
     for mode in prof.kill_modes:
         out["modes"][mode] = {}
-        for policy in prof.kill_policies or prof.policies:
+        for policy in prof.policies:
             log(f"scenario 2: {policy}, kill {len(victims)} ({mode}) at t={prof.kill_at_s}s")
 
             async def kill(mode=mode) -> None:
@@ -604,7 +601,7 @@ async def run(
             save()
     finally:
         fleet.stop()
-    if "3" in scenarios and prof.overhead:
+    if "3" in scenarios:
         rr = prof.overhead_round_robin and default != "round_robin"
         pols = [default] + (["round_robin"] if rr else [])
         pols = [p for p in pols if p in prof.policies] or [prof.policies[0]]
