@@ -144,15 +144,9 @@ def bodies(doc: bytes) -> dict[str, bytes]:
 def _endpoints(fleet_port: int, proxies: dict[str, ProxyProc]) -> list[Endpoint]:
     """The fleet itself, then each proxy's routes, in the order every cell measures them."""
     eps = [Endpoint("direct", "pass", fleet_port, None)]
-    for key, px in proxies.items():
-        if key.startswith("nginx"):
-            eps.append(Endpoint(key, "pass", px.port, px.pid))
-    if "gateway" in proxies:
-        gw = proxies["gateway"]
-        eps += [
-            Endpoint("gateway", "pass", gw.port, gw.pid),
-            Endpoint("gateway", "ocr", gw.port, gw.pid),
-        ]
+    eps += [Endpoint(k, "pass", px.port, px.pid) for k, px in proxies.items() if k != "gateway"]
+    if (gw := proxies.get("gateway")) is not None:
+        eps += [Endpoint("gateway", route, gw.port, gw.pid) for route in ("pass", "ocr")]
     return eps
 
 
@@ -293,11 +287,8 @@ def evaluate_targets(cells: list[dict]) -> list[dict]:
     concs = sorted({c["concurrency"] for c in cells})
     out = []
     for t in TARGETS:
-        per = {}
-        for conc in concs:
-            c = find(cells, "gateway", t.route, t.size, conc)
-            if c is not None:
-                per[str(conc)] = c["cpu_ms"]
+        found = {conc: find(cells, "gateway", t.route, t.size, conc) for conc in concs}
+        per = {str(conc): c["cpu_ms"] for conc, c in found.items() if c is not None}
         worst = max(per.values()) if per else None
         out.append(
             {
