@@ -152,21 +152,17 @@ def gateway_config(urls: list[str], mode: str, *extras: dict) -> dict:
     Upstreams carry their topology (host/card/vllm), 3 PaddleX per vLLM and 2 vLLM per card as in
     the seed's matrix, so topology-aware policies have something to read.
     """
-    ups = []
-    for i, u in enumerate(urls):
-        card = i // 6
-        vllm = 9025 + card + ((i % 6) // 3) * 10
-        ups.append(
+    cfg = {
+        "upstreams": [
             {
                 "url": u,
                 "host": "local",
-                "card": card,
-                "vllm": f"http://127.0.0.1:{vllm}",
+                "card": i // 6,
+                "vllm": f"http://127.0.0.1:{9025 + i // 6 + (i % 6) // 3 * 10}",
                 "container": f"paddle-bench-{i}",
             }
-        )
-    cfg = {
-        "upstreams": ups,
+            for i, u in enumerate(urls)
+        ],
         "load_balance": {"mode": mode, "max_attempts": 12},
         "http": {
             "timeout_s": 300,
