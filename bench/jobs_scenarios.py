@@ -243,10 +243,7 @@ async def scenario_idle(ctx: Context) -> dict[str, Any]:
                         # when, from the submit: job id answered, first and last slice began,
                         # last slice ended (the rest is assembly and the client's polling)
                         "timeline_s": [
-                            round(accepted, 3),
-                            round(min(starts), 3),
-                            round(max(starts), 3),
-                            round(max(ends), 3),
+                            round(t, 3) for t in (accepted, min(starts), max(starts), max(ends))
                         ],
                         "problem": problem,
                     }
