@@ -98,11 +98,10 @@ async def sync_worker(url: str, kind: str, document: bytes, run: Run, stop: asyn
             began = time.monotonic()
             try:
                 await client.ocr(document, filename=name)
-                run.samples.append(Sample(run.now(), kind, True, time.monotonic() - began))
+                ok, error = True, ""
             except OcrError as exc:
-                run.samples.append(
-                    Sample(run.now(), kind, False, time.monotonic() - began, str(exc)[:200])
-                )
+                ok, error = False, str(exc)[:200]
+            run.samples.append(Sample(run.now(), kind, ok, time.monotonic() - began, error))
     finally:
         await client.aclose()
 
@@ -119,18 +118,13 @@ async def job_worker(url: str, seed: int, run: Run, stop: asyncio.Event, referen
             began = time.monotonic()
             try:
                 result = await ocr_job(client, path, policy)
-                whole = normal(result.text) == reference[seed]
-                run.jobs["done" if whole else "lost"] += 1
-                run.jobs["pages"] += result.pages
-                if not whole:
-                    run.pages_lost += 12
-                run.samples.append(Sample(run.now(), "job", whole, time.monotonic() - began))
+                whole, pages, error = normal(result.text) == reference[seed], result.pages, ""
             except OcrError as exc:
-                run.jobs["lost"] += 1
-                run.pages_lost += 12
-                run.samples.append(
-                    Sample(run.now(), "job", False, time.monotonic() - began, str(exc)[:200])
-                )
+                whole, pages, error = False, 0, str(exc)[:200]
+            run.jobs["done" if whole else "lost"] += 1
+            run.jobs["pages"] += pages
+            run.pages_lost += 0 if whole else 12
+            run.samples.append(Sample(run.now(), "job", whole, time.monotonic() - began, error))
     finally:
         await client.aclose()
 
