@@ -206,14 +206,10 @@ class Run:
         out: dict[str, float | None] = {}
         async with jobs_client(url, ADMIN_TOKEN, timeout_s=60) as admin:
             for job in await jobclient.batch(admin, "scale-late") if self.late_jobs else []:
-                end = job["extractProgress"]["endTime"]
-                out[job["jobId"]] = (
-                    None
-                    if end is None or job["state"] != "done"
-                    else dt.datetime.strptime(end, "%Y-%m-%d %H:%M:%S")
-                    .replace(tzinfo=dt.UTC)
-                    .timestamp()
-                )
+                end = job["extractProgress"]["endTime"]  # UTC, to the second
+                done = end is not None and job["state"] == "done"
+                when = dt.datetime.strptime(end, "%Y-%m-%d %H:%M:%S") if done else None
+                out[job["jobId"]] = when.replace(tzinfo=dt.UTC).timestamp() if when else None
         return out
 
     async def restart(self, gateway: GatewayProc, cfg: dict, stack: Stack) -> dict[str, Any]:
