@@ -253,10 +253,9 @@ async def measured(run, prof: Profile, what: str):
     why = disturbed(summary, prof)
     if why:
         log(f"  disturbed ({why}); running {what} again")
-        summary2, samples2 = await run()
-        why2 = disturbed(summary2, prof)
-        summary2["retried_because"] = why
-        summary, samples, why = summary2, samples2, why2
+        summary, samples = await run()
+        summary["retried_because"] = why
+        why = disturbed(summary, prof)
     if why:
         summary["disturbed"] = why
     return summary, samples
