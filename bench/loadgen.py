@@ -82,9 +82,7 @@ async def run_open_loop(
 
     async def fire_events() -> None:
         for at, fn in events:
-            d = t0 + at - loop.time()
-            if d > 0:
-                await asyncio.sleep(d)
+            await asyncio.sleep(max(0.0, t0 + at - loop.time()))
             r = fn()
             if asyncio.iscoroutine(r):
                 await r
