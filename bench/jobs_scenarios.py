@@ -17,7 +17,6 @@ import asyncio
 import hashlib
 import math
 import os
-import random
 import signal
 import time
 from collections import Counter
@@ -323,12 +322,7 @@ async def scenario_mixed(ctx: Context) -> dict[str, Any]:
     prof, caps = ctx.prof, capacities(ctx.prof)
     rate = prof.interactive_load * caps["one_page_per_s"]
     job_rate = prof.job_load * caps["fast_instances"] / caps["job_instance_s"]
-    rng = random.Random(prof.seed + 1)
-    arrivals: list[float] = []
-    t = rng.expovariate(job_rate)
-    while t < prof.mixed_s:
-        arrivals.append(t)
-        t += rng.expovariate(job_rate)
+    arrivals = [r.t for r in make_workload(job_rate, prof.mixed_s, prof.seed + 1, 0.0).requests]
     docs = ctx.docs(len(arrivals))
     pdfs = {doc: numbered_pdf(doc, prof.doc_pages) for doc in docs}
     async with (
