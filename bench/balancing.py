@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -382,11 +383,8 @@ async def scenario_kill(fleet: FleetProc, prof: Profile, workdir: Path) -> dict:
         out["modes"][mode] = {}
         for policy in prof.policies:
             log(f"scenario 2: {policy}, kill {len(victims)} ({mode}) at t={prof.kill_at_s}s")
-
-            async def kill(mode=mode) -> None:
-                await fleet.kill(victims, mode)
-
-            tag, events = f"kill-{mode}-{policy}", {prof.kill_at_s: kill}
+            tag, kill = f"kill-{mode}-{policy}", partial(fleet.kill, victims, mode)
+            events = {prof.kill_at_s: kill}  # the open loop awaits the coroutine kill() makes
             summary, samples = await gateway_run(
                 fleet, policy, wl, prof, workdir, tag, 0.0, prof.kill_drain_s, events
             )
