@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from unittest import mock
 
@@ -267,13 +268,8 @@ async def run(prof: HierarchyProfile, out_path: Path) -> dict:
                 ),
             }
             log(f"hierarchy at {key}% ({wl.rate_rps:.1f} req/s, {len(wl.requests)} requests)")
-            rows["hierarchy"], _ = await measured(
-                lambda wl=wl, key=key: run_hierarchy(
-                    fleet, policy, wl, prof, workdir, f"h-{key}", src
-                ),
-                base,
-                f"hierarchy at {key}%",
-            )
+            once = partial(run_hierarchy, fleet, policy, wl, prof, workdir, f"h-{key}", src)
+            rows["hierarchy"], _ = await measured(once, base, f"hierarchy at {key}%")
             log("  " + brief(rows["hierarchy"]))
             log(f"one gateway at {key}%")
             rows["one_gateway"], _ = await gateway_run(
