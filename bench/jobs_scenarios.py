@@ -331,22 +331,19 @@ async def scenario_mixed(ctx: Context) -> dict[str, Any]:
     ):
         alone = await _interactive(ctx, a, rate, None)
         ids: dict[str, int] = {}
-        submitted: dict[str, float] = {}
+
+        async def one(client: AsyncClient, doc: int) -> None:
+            job_id = await submit(client, pdfs[doc], f"mixed-{prof.seed}")
+            ids[job_id] = doc
 
         async def submit_jobs() -> None:
+            """Each job at its arrival time, the two tenants in turn (open loop)."""
             loop = asyncio.get_running_loop()
             start = loop.time()
             tasks = []
             for index, (doc, at) in enumerate(zip(docs, arrivals, strict=True)):
                 await asyncio.sleep(max(0.0, start + at - loop.time()))
-                client = (a, b)[index % 2]
-
-                async def one(client: AsyncClient = client, doc: int = doc) -> None:
-                    job_id = await submit(client, pdfs[doc], f"mixed-{prof.seed}")
-                    ids[job_id] = doc
-                    submitted[job_id] = time.time()
-
-                tasks.append(asyncio.create_task(one()))
+                tasks.append(asyncio.create_task(one((a, b)[index % 2], doc)))
             await asyncio.gather(*tasks)
 
         mixed = await _interactive(ctx, a, rate, submit_jobs)
