@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import json
 import os
@@ -29,19 +28,22 @@ import re
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.common import log, parser, profile_name, run_meta, write_json
+from bench.common import comma_list, log, parser, profile_name, run_meta, write_json
 from bench.ideal import LiveIdeal, simulate_ideal
 from bench.loadgen import (
     Outcome,
     Sender,
     gateway_sender,
+    latency_ms,
     layout_bodies,
     ocr_bodies,
     percentile,
@@ -63,6 +65,7 @@ from bench.procstat import CpuMeter
 from bench.report import build_report, fmt_percentile, print_console
 from bench.workload import FleetSpec, Workload, make_workload, png_b64
 
+KILL_MODES = ("refuse", "hang")
 ALL_POLICIES = ("round_robin", "random", "least_inflight", "p2c", "queue")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 GATEWAY_SRC: dict[str, Path] = {}  # the snapshot of gateway/ that this run starts
@@ -71,16 +74,10 @@ GATEWAY_SRC: dict[str, Path] = {}  # the snapshot of gateway/ that this run star
 def default_policy(src: Path | None = None) -> str:
     """The gateway's own default (``DEFAULT_MODE`` in gateway/config/settings.py), else
     ``queue``."""
-    root = src if src is not None else Path(__file__).resolve().parent.parent
+    root = (src if src is not None else Path(__file__).resolve().parent.parent) / "gateway"
     # gateway/config/settings.py; gateway/settings.py in a snapshot from before the layers
-    for path in (root / "gateway" / "config" / "settings.py", root / "gateway" / "settings.py"):
-        try:
-            text = path.read_text()
-            break
-        except OSError:
-            continue
-    else:
-        return "queue"
+    path = next((p for p in (root / "config", root) if (p / "settings.py").is_file()), None)
+    text = (path / "settings.py").read_text() if path is not None else ""
     m = re.search(r'^DEFAULT_MODE\s*(?::\s*\w+\s*)?=\s*["\']([a-z_0-9]+)["\']', text, re.M)
     return m.group(1) if m else "queue"
 
@@ -95,8 +92,7 @@ class Profile:
     warmup_s: float = 2.0  # arrivals before this are not measured
     drain_s: float = 5.0  # wait after the last arrival; still open then = unfinished
     live_ideal_loads: tuple[float, ...] = (0.85,)
-    kill_modes: tuple[str, ...] = ("refuse", "hang")
-    kill_policies: tuple[str, ...] | None = None  # None: all policies
+    kill_modes: tuple[str, ...] = KILL_MODES
     kill_load: float = 0.60  # of the full fleet's capacity; the 90 % left runs at ~67 %
     kill_fraction: float = 0.10
     kill_duration_s: float = 15.0
@@ -106,7 +102,6 @@ class Profile:
     # so that the p99 the 0.15 target divides by is measured rather than cut off
     reference_drain_s: float = 60.0
     target_load: float = 0.85
-    overhead: bool = True
     overhead_seq_n: int = 300
     overhead_closed_s: float = 4.0
     overhead_concurrency: tuple[int, ...] = (8, 32)
@@ -116,7 +111,6 @@ class Profile:
     # during which other processes used more than max_other_cores, is run once more
     max_lag_ms: float = 250.0
     max_other_cores: float = 0.5
-    retry_disturbed: bool = True
 
 
 PROFILES = {
@@ -258,12 +252,11 @@ async def measured(run, prof: Profile, what: str):
     """Run ``run()`` (-> (summary, samples)); once more if the machine disturbed it."""
     summary, samples = await run()
     why = disturbed(summary, prof)
-    if why and prof.retry_disturbed:
+    if why:
         log(f"  disturbed ({why}); running {what} again")
-        summary2, samples2 = await run()
-        why2 = disturbed(summary2, prof)
-        summary2["retried_because"] = why
-        summary, samples, why = summary2, samples2, why2
+        summary, samples = await run()
+        summary["retried_because"] = why
+        why = disturbed(summary, prof)
     if why:
         summary["disturbed"] = why
     return summary, samples
@@ -280,17 +273,13 @@ async def gateway_view(port: int) -> dict:
     except (httpx.HTTPError, ValueError) as exc:
         return {"error": repr(exc)[:200]}
     view = {k: v for k, v in body.items() if not isinstance(v, (list, dict))}
-    outcomes: dict[str, int] = {}
-    states: dict[str, int] = {}
-    ejections = 0
-    for u in body.get("upstreams", []) if isinstance(body.get("upstreams"), list) else []:
-        for k, v in (u.get("requests") or {}).items():
-            if isinstance(v, int):
-                outcomes[k] = outcomes.get(k, 0) + v
-        states[str(u.get("state"))] = states.get(str(u.get("state")), 0) + 1
-        ejections += int(u.get("ejections") or 0)
-    view.update({"outcomes": outcomes, "states": states, "ejections": ejections})
-    return view
+    ups = body["upstreams"] if isinstance(body.get("upstreams"), list) else []
+    outcomes: Counter[str] = Counter()
+    for u in ups:
+        outcomes.update({k: v for k, v in (u.get("requests") or {}).items() if isinstance(v, int)})
+    states = Counter(str(u.get("state")) for u in ups)
+    ejections = sum(int(u.get("ejections") or 0) for u in ups)
+    return view | {"outcomes": dict(outcomes), "states": dict(states), "ejections": ejections}
 
 
 def des_summary(workload, means, pick, warmup_s, duration_s, slow: set[int]) -> dict:
@@ -392,13 +381,10 @@ async def scenario_kill(fleet: FleetProc, prof: Profile, workdir: Path) -> dict:
     }
     for mode in prof.kill_modes:
         out["modes"][mode] = {}
-        for policy in prof.kill_policies or prof.policies:
+        for policy in prof.policies:
             log(f"scenario 2: {policy}, kill {len(victims)} ({mode}) at t={prof.kill_at_s}s")
-
-            async def kill(mode=mode) -> None:
-                await fleet.kill(victims, mode)
-
-            tag, events = f"kill-{mode}-{policy}", {prof.kill_at_s: kill}
+            tag, kill = f"kill-{mode}-{policy}", partial(fleet.kill, victims, mode)
+            events = {prof.kill_at_s: kill}  # the open loop awaits the coroutine kill() makes
             summary, samples = await gateway_run(
                 fleet, policy, wl, prof, workdir, tag, 0.0, prof.kill_drain_s, events
             )
@@ -431,14 +417,6 @@ async def _sequential(send, n: int) -> list[float]:
     return lat
 
 
-def _pcts(lat: list[float]) -> dict:
-    return {
-        "n": len(lat),
-        "p50_ms": round(percentile(lat, 50) * 1000, 3) if lat else None,
-        "p99_ms": round(percentile(lat, 99) * 1000, 3) if lat else None,
-    }
-
-
 Poster = Callable[[int], Awaitable[Outcome]]
 
 
@@ -457,12 +435,12 @@ def _poster(clients: list[MiniClient], path: str, body: bytes) -> Poster:
     return send
 
 
-async def _closed_loops(send: Callable[[], Poster], prof: Profile, pids: dict) -> list[dict]:
+async def _closed_loops(send: Poster, prof: Profile, pids: dict) -> list[dict]:
     """A closed-loop run at each concurrency of the profile, with the CPU cores of ``pids``."""
     runs = []
     for c in prof.overhead_concurrency:
         meter = CpuMeter({**pids, "loadgen": os.getpid()})
-        r = await run_closed_loop(send(), c, prof.overhead_closed_s, 0.5)
+        r = await run_closed_loop(send, c, prof.overhead_closed_s, 0.5)
         r["cpu_cores"] = meter.read()
         runs.append(r)
     return runs
@@ -476,15 +454,12 @@ async def scenario_overhead(prof: Profile, workdir: Path, policies: list[str]) -
         direct = [MiniClient("127.0.0.1", p) for p in ports]
         layout_body = json.dumps({"file": png_b64(0.0, 0), "fileType": 1}).encode()
         ocr_body = json.dumps({"base64": png_b64(0.0, 0)}).encode()
-
-        def direct_send() -> Poster:
-            return _poster(direct, "/layout-parsing", layout_body)
-
+        direct_send = _poster(direct, "/layout-parsing", layout_body)  # each instance in turn
         log("scenario 3: direct to the zero-latency fleet")
-        d_seq = await _sequential(direct_send(), prof.overhead_seq_n)
+        d_seq = await _sequential(direct_send, prof.overhead_seq_n)
         out: dict = {
             "instances": len(ports),
-            "direct": {"sequential": _pcts(d_seq)},
+            "direct": {"sequential": latency_ms(d_seq)},
             "policies": {},
         }
         pids = {"fleet": fleet.proc.pid}
@@ -505,14 +480,16 @@ async def scenario_overhead(prof: Profile, workdir: Path, policies: list[str]) -
                 n = prof.overhead_seq_n
                 g_ocr = await _sequential(_poster([client], "/ocr", ocr_body), n)
                 g_lp = await _sequential(_poster([client], "/layout-parsing", layout_body), n)
-                res: dict = {"sequential_ocr": _pcts(g_ocr), "sequential_layout": _pcts(g_lp)}
+                res: dict = {
+                    "sequential_ocr": latency_ms(g_ocr),
+                    "sequential_layout": latency_ms(g_lp),
+                }
                 for name, lat in (("ocr", g_ocr), ("layout", g_lp)):
                     for q in (50, 99) if lat and d_seq else ():
                         added = percentile(lat, q) - percentile(d_seq, q)
                         res[f"added_{name}_p{q}_ms"] = round(added * 1000, 3)
                 gw_pids = {"gateway": gw.proc.pid, **pids}
-                ocr_send = functools.partial(_poster, [client], "/ocr", ocr_body)
-                closed = await _closed_loops(ocr_send, prof, gw_pids)
+                closed = await _closed_loops(_poster([client], "/ocr", ocr_body), prof, gw_pids)
                 res["closed_loop_ocr"] = closed
                 res["max_rps"] = max((r["rps"] for r in closed), default=None)
                 out["policies"][policy] = res
@@ -579,7 +556,7 @@ def gateway_fingerprint(root: Path) -> dict:
 
 async def run(
     prof: Profile,
-    out_path: Path | None,
+    out_path: Path,
     scenarios: set[str],
     keep_logs: bool = False,
     wait_gateway_s: float = 0.0,
@@ -593,7 +570,7 @@ async def run(
     results: dict = {
         "meta": run_meta(
             prof.name,
-            fleet=prof.fleet.to_dict(),
+            fleet=asdict(prof.fleet),
             capacity_rps=round(prof.fleet.capacity_rps(), 2),
             policies=list(prof.policies),
             default_policy=default,
@@ -609,8 +586,7 @@ async def run(
     def save() -> None:
         results["targets"] = targets(results, default)
         results["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
-        if out_path is not None:
-            write_json(out_path, results)
+        write_json(out_path, results)
 
     fleet = start_fleet(prof.fleet)
     try:
@@ -622,14 +598,13 @@ async def run(
             save()
     finally:
         fleet.stop()
-    if "3" in scenarios and prof.overhead:
+    if "3" in scenarios:
         rr = prof.overhead_round_robin and default != "round_robin"
         pols = [default] + (["round_robin"] if rr else [])
         pols = [p for p in pols if p in prof.policies] or [prof.policies[0]]
         results["overhead"] = await scenario_overhead(prof, workdir, pols)
     save()
-    if out_path is not None:
-        log(f"results written to {out_path}")
+    log(f"results written to {out_path}")
     if keep_logs:
         log(f"gateway configs and logs kept in {workdir}")
     else:
@@ -656,14 +631,12 @@ def main(argv: list[str] | None = None) -> int:
         "balancing", __doc__, quick="8 s windows (about half the default run)",
         full="60 s windows (~45 min)", smoke="seconds; for tests/bench",
     )  # fmt: skip
-    ap.add_argument("--policies", help="comma-separated subset of " + ",".join(ALL_POLICIES))
-    ap.add_argument("--loads", help="comma-separated percentages, e.g. 50,85")
-    ap.add_argument("--scenarios", default="1,2,3", help="which scenarios to run (default 1,2,3)")
-    ap.add_argument("--kill-modes", help="refuse,hang")
-    ap.add_argument("--instances", type=int, help="fleet size (default 48)")
-    ap.add_argument("--mean-ms", type=float, help="mean service time of a fast instance")
-    ap.add_argument("--seed", type=int)
-    ap.add_argument("--duration", type=float, help="seconds of arrivals per scenario-1 run")
+    policies = comma_list(choices=ALL_POLICIES)
+    ap.add_argument("--policies", type=policies, help="a subset of " + ",".join(ALL_POLICIES))
+    ap.add_argument("--loads", type=comma_list(float, least=0), help="percentages, e.g. 50,85")
+    scenarios = comma_list(choices="123")
+    ap.add_argument("--scenarios", type=scenarios, default="1,2,3", help="which to run (all)")
+    ap.add_argument("--kill-modes", type=comma_list(choices=KILL_MODES), help="refuse,hang")
     ap.add_argument("--gateway-extra", help="JSON merged into every gateway config")
     ap.add_argument(
         "--workers",
@@ -672,7 +645,6 @@ def main(argv: list[str] | None = None) -> int:
         "gateway's own, one per core)",
     )
     ap.add_argument("--out", help="results JSON path (default bench/results/<profile>.json)")
-    ap.add_argument("--no-out", action="store_true", help="do not write a results file")
     ap.add_argument(
         "--wait-gateway",
         type=float,
@@ -688,34 +660,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     name = profile_name(args, "quick", "full", "smoke")
     prof = PROFILES[name]
-    fleet = prof.fleet
-    if args.instances:
-        fleet = replace(fleet, n=args.instances)
-    if args.mean_ms:
-        fleet = replace(fleet, mean_s=args.mean_ms / 1000)
-    if args.seed is not None:
-        fleet = replace(fleet, seed=args.seed)
-    prof = replace(prof, fleet=fleet)
     if args.policies:
-        pols = tuple(p.strip() for p in args.policies.split(",") if p.strip())
-        bad = [p for p in pols if p not in ALL_POLICIES]
-        if bad:
-            ap.error(f"unknown policies {bad}")
-        prof = replace(prof, policies=pols)
+        prof = replace(prof, policies=tuple(args.policies))
     if args.loads:
-        prof = replace(prof, loads=tuple(float(x) / 100 for x in args.loads.split(",")))
+        prof = replace(prof, loads=tuple(x / 100 for x in args.loads))
     if args.kill_modes:
-        prof = replace(prof, kill_modes=tuple(args.kill_modes.split(",")))
-    if args.duration:
-        prof = replace(prof, duration_s=args.duration)
+        prof = replace(prof, kill_modes=tuple(args.kill_modes))
     if args.gateway_extra:
         prof = replace(prof, gateway_extra=json.loads(args.gateway_extra))
     if args.workers is not None:
         if args.workers < 1:
             ap.error("--workers must be at least 1")
         os.environ["GATEWAY_WORKERS"] = str(args.workers)  # read by every gateway it starts
-    out = None if args.no_out else Path(args.out) if args.out else RESULTS_DIR / f"{name}.json"
-    scen = {s.strip() for s in args.scenarios.split(",")}
+    out = Path(args.out) if args.out else RESULTS_DIR / f"{name}.json"
+    scen = set(args.scenarios)
     results = asyncio.run(run(prof, out, scen, args.keep_logs, args.wait_gateway))
     with contextlib.suppress(BrokenPipeError):
         print_console(build_report(results))

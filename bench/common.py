@@ -20,6 +20,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,33 @@ def parser(module: str, doc: str | None, **profiles: str) -> argparse.ArgumentPa
         for name, text in profiles.items():
             group.add_argument(f"--{name}", action="store_true", help=text)
     return ap
+
+
+def comma_list(
+    kind: Callable[[str], Any] = str,
+    choices: Iterable[Any] | None = None,
+    least: float | None = None,
+) -> Callable[[str], list[Any]]:
+    """An argparse ``type``: a comma-separated list of ``kind`` (blanks dropped), each one of
+    ``choices`` if given and at least ``least``; an error naming the values that are not."""
+
+    def parse(text: str) -> list[Any]:
+        try:
+            values = [kind(v.strip()) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: not a list of {kind.__name__}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"{text!r}: no values")
+        allowed = None if choices is None else list(choices)
+        bad = [v for v in values if allowed is not None and v not in allowed]
+        bad += [v for v in values if least is not None and v < least]
+        if bad:
+            want = [f"one of {', '.join(map(str, allowed))}"] if allowed is not None else []
+            want += [f"at least {least}"] if least is not None else []
+            raise argparse.ArgumentTypeError(f"{bad}: each {' and '.join(want)}")
+        return values
+
+    return parse
 
 
 def profile_name(args: argparse.Namespace, *names: str) -> str:

@@ -31,18 +31,17 @@ import argparse
 import itertools
 import multiprocessing
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import write_json
+from bench.common import comma_list, write_json
 from bench.cpu_cell import ROUTES
 from bench.cpucap import MIN_CORES, CpuCapError, CpuCaps, machine_cores
 from bench.fleet import layout_answer
-from bench.procs import gateway_config, start_fleet
+from bench.procs import QUIET, gateway_config, start_fleet
 from bench.procstat import MachineMeter, TreeMeter, tree
 from bench.proxies import (
     ProxyProc,
@@ -54,7 +53,7 @@ from bench.proxies import (
 from bench.proxy_cpu import SIZES, bodies, document
 from bench.report import Table
 from bench.workload import FleetSpec
-from bench.wrk import parse_output, write_script, wrk_command
+from bench.wrk import run_wrk, write_script
 from doubles.paddlex import healthy, restructure_result, success
 
 
@@ -114,10 +113,8 @@ def _run_once(gw: ProxyProc, script: Path, args: argparse.Namespace, fleet_pid: 
     """One wrk run against ``gw``: CPU per answer, answers per second, the others' cores."""
     gateway, fleet, machine = TreeMeter(gw.pid), TreeMeter(fleet_pid), MachineMeter()
     t0 = time.monotonic()
-    cmd = wrk_command(f"http://127.0.0.1:{gw.port}", script, args.c, args.s)
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    res = run_wrk(f"http://127.0.0.1:{gw.port}", script, args.c, args.s)
     elapsed = time.monotonic() - t0
-    res = parse_output(out.stdout)
     gw_s, fleet_s, busy = gateway.read(), fleet.read(), machine.read()
     return {
         "ms": gw_s / max(1, res.requests) * 1000,
@@ -133,18 +130,13 @@ def measure(args: argparse.Namespace) -> list[dict]:
     """Every (route, size) cell: per variant the figures of each round."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-cpu-ab-"))
     urls, fleet_pid, fleet = _start_fleet(args.fleet, workdir)
-    cfg = gateway_config(
-        urls, "queue", {"health": {"enabled": False}, "reload": {"enabled": False}}
-    )
+    cfg = gateway_config(urls, "queue", QUIET)
     many = len(args.workers) > 1
     gateways: dict[str, ProxyProc] = {}
     caps = CpuCaps() if args.worker_cores else None
     capped: dict[str, list[int]] = {}
     try:
-        srcs = {}
-        for rev in args.revs:
-            name = rev or "worktree"
-            srcs[rev] = snapshot_rev(workdir / name, rev)
+        srcs = {rev: snapshot_rev(workdir / (rev or "worktree"), rev) for rev in args.revs}
         for rev, workers in itertools.product(args.revs, args.workers):
             name = Variant(rev, workers).name(many)
             folder = workdir / f"gw-{name.replace(' ', '-')}"
@@ -266,17 +258,13 @@ def report(
     return table.markdown()
 
 
-def _list(kind):
-    return lambda s: [kind(x) for x in s.split(",")]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--revs", type=_list(str), default=["HEAD", ""])
-    parser.add_argument("--routes", type=_list(str), default=["pass", "ocr"])
-    parser.add_argument("--sizes", type=_list(str), default=["tiny", "1 MB"])
+    parser.add_argument("--revs", type=lambda s: s.split(","), default=["HEAD", ""])  # '': tree
+    parser.add_argument("--routes", type=comma_list(choices=ROUTES), default=["pass", "ocr"])
+    parser.add_argument("--sizes", type=comma_list(choices=SIZES), default=["tiny", "1 MB"])
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--workers", type=_list(int), default=[1], help="e.g. 1,2")
+    parser.add_argument("--workers", type=comma_list(int, least=1), default=[1], help="e.g. 1,2")
     parser.add_argument("--fleet", choices=("sim", "canned"), default="sim")
     parser.add_argument("-c", type=int, default=1, help="wrk connections")
     parser.add_argument("-s", type=int, default=2, help="seconds per wrk run")
@@ -289,12 +277,6 @@ def main(argv: list[str] | None = None) -> int:
         "cores are the gateway's own, the rest left to wrk and the fleet (bench.cpucap)",
     )
     args = parser.parse_args(argv)
-    if set(args.routes) - set(ROUTES):
-        parser.error(f"--routes: {sorted(set(args.routes) - set(ROUTES))}; known: {sorted(ROUTES)}")
-    if set(args.sizes) - set(SIZES):
-        parser.error(f"--sizes: {sorted(set(args.sizes) - set(SIZES))}; known: {list(SIZES)}")
-    if min(args.workers) < 1:
-        parser.error(f"--workers: {args.workers}; a worker count is at least 1")
     if args.worker_cores is not None:
         if not MIN_CORES <= args.worker_cores <= 1:
             parser.error(

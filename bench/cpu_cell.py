@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.procstat import TreeMeter, busy_cores, machine_busy, tree_cpu_s, tree_times
-from bench.proxies import post_json
+from bench.proxies import call_json
 from bench.wrk import WrkRun
 
 ROUTES = {"pass": "/layout-parsing", "ocr": "/ocr"}
@@ -55,7 +55,7 @@ class Endpoint:
 
 def fleet_received(admin_port: int) -> int:
     """``/layout-parsing`` requests the fleet has received so far, over all instances."""
-    status, body = post_json(admin_port, "/_admin/stats", b"{}")
+    status, body = call_json(admin_port, "/_admin/stats", b"{}")
     if status != 200:
         raise RuntimeError(f"fleet stats: HTTP {status}")
     return sum(i["received"] for i in body["instances"])
@@ -63,7 +63,7 @@ def fleet_received(admin_port: int) -> int:
 
 def check_answer(ep: Endpoint, body: bytes) -> str:
     """Why one request through ``ep`` is not answered as the protocol says; "" if it is."""
-    status, ans = post_json(ep.port, ROUTES[ep.route], body)
+    status, ans = call_json(ep.port, ROUTES[ep.route], body)
     if status != 200:
         return f"HTTP {status}: {json.dumps(ans)[:300]}"
     if ep.route == "ocr" and not isinstance(ans.get("text"), str):

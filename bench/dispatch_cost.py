@@ -12,12 +12,12 @@ microseconds per pair printed (the best of ``--repeat`` runs: the machine is sha
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import tempfile
 import time
 from pathlib import Path
 
+from bench.common import parser
 from bench.procs import gateway_config
 from gateway.config.settings import parse_settings
 from gateway.dispatch.pool import UpstreamPool
@@ -55,13 +55,13 @@ async def _timed(pool: UpstreamPool, busy: float, rounds: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--upstreams", type=int, default=48)
-    parser.add_argument("--busy", type=float, default=0.0, help="share of upstreams held")
-    parser.add_argument("--rounds", type=int, default=5000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=1, help="1, or a shared board's size")
-    args = parser.parse_args(argv)
+    ap = parser("dispatch_cost", __doc__)
+    ap.add_argument("--upstreams", type=int, default=48)
+    ap.add_argument("--busy", type=float, default=0.0, help="share of upstreams held")
+    ap.add_argument("--rounds", type=int, default=5000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=1, help="1, or a shared board's size")
+    args = ap.parse_args(argv)
     runs = [
         asyncio.run(cost_us(args.upstreams, args.busy, args.rounds, args.workers))
         for _ in range(args.repeat)

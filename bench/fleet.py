@@ -48,6 +48,9 @@ from bench.minihttp import DropConnection, HttpRequest, HttpResponse, MiniServer
 from bench.workload import FleetSpec, InstanceSpec, parse_work
 from doubles import paddlex as protocol
 
+ROUTES = {"/health": "GET", "/layout-parsing": "POST", "/restructure-pages": "POST"}
+"""The method of each path an instance serves."""
+
 
 def _err(status: int, msg: str) -> HttpResponse:
     return HttpResponse.json(status, protocol.error(status, msg))
@@ -74,20 +77,11 @@ class Job:
     entry: dict[str, Any] | None = None  # logged once the parse has run to its end
 
 
-def pdf_page_sizes(raw: bytes) -> list[tuple[int, int]] | None:
-    """Rendered (width, height) of each page of a PDF, None if PDFium cannot read it."""
-    try:
-        return protocol.pdf_page_sizes(raw)
-    except Exception:
-        return None
-
-
 class Instance:
-    def __init__(self, spec: InstanceSpec, sigma: float, seed: int, fleet: FleetSpec | None = None):
+    def __init__(self, spec: InstanceSpec, fleet: FleetSpec):
         self.spec = spec
-        self.fleet = fleet or FleetSpec()
-        self.sigma = sigma
-        self.rng = random.Random(seed * 1000003 + spec.index)
+        self.fleet = fleet
+        self.rng = random.Random(fleet.seed * 1000003 + spec.index)
         self.server = MiniServer(self.handle)
         self.queue: deque[Job] = deque()
         self.wake = asyncio.Event()
@@ -192,24 +186,20 @@ class Instance:
     async def handle(self, req: HttpRequest) -> HttpResponse:
         if self.state == "hang":
             return await self._hang()
-        path = req.path
-        if path == "/health":
-            if req.method != "GET":
-                return _err(405, "Method Not Allowed")
+        method = ROUTES.get(req.path)
+        if method is None:
+            return _err(404, "Not Found")
+        if req.method != method:
+            return _err(405, "Method Not Allowed")
+        if req.path == "/health":
             return HttpResponse.json(200, protocol.healthy())
-        if path == "/layout-parsing":
-            if req.method != "POST":
-                return _err(405, "Method Not Allowed")
+        if req.path == "/layout-parsing":
             return await self._layout_parsing(req)
-        if path == "/restructure-pages":
-            if req.method != "POST":
-                return _err(405, "Method Not Allowed")
-            return self._restructure(req)
-        return _err(404, "Not Found")
+        return self._restructure(req)
 
     def _draw_work(self) -> float:
-        mu = -0.5 * self.sigma * self.sigma
-        return self.rng.lognormvariate(mu, self.sigma) if self.sigma > 0 else 1.0
+        sigma = self.fleet.sigma
+        return self.rng.lognormvariate(-0.5 * sigma * sigma, sigma) if sigma > 0 else 1.0
 
     async def _layout_parsing(self, req: HttpRequest) -> HttpResponse:
         try:
@@ -249,7 +239,10 @@ class Instance:
 
     async def _pdf(self, body: dict[str, Any], raw: bytes) -> HttpResponse:
         """A PDF under the cost model: ``request_s + pages * page_s`` (times the factor)."""
-        sizes = await asyncio.to_thread(pdf_page_sizes, raw)
+        try:  # each page's rendered (width, height), read with PDFium as PaddleX does
+            sizes = await asyncio.to_thread(protocol.pdf_page_sizes, raw)
+        except Exception:  # a PDF PDFium cannot read: PaddleX fails it
+            sizes = []
         if not sizes:
             return _err(500, "Internal server error")
         log_id = body.get("logId") or str(uuid.uuid4())
@@ -301,7 +294,7 @@ class Instance:
 class Fleet:
     def __init__(self, spec: FleetSpec):
         self.spec = spec
-        self.instances = [Instance(s, spec.sigma, spec.seed, spec) for s in spec.instances()]
+        self.instances = [Instance(s, spec) for s in spec.instances()]
         self.admin = MiniServer(self._admin)
 
     async def start(self) -> dict:

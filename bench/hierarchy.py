@@ -33,7 +33,9 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
+from unittest import mock
 
 from bench.balancing import (
     GATEWAY_SRC,
@@ -51,7 +53,6 @@ from bench.balancing import PROFILES as BALANCING_PROFILES
 from bench.common import (
     log,
     parser,
-    path_or_none,
     profile_name,
     pyplot,
     run_meta,
@@ -66,16 +67,15 @@ from bench.plots import p99_lines
 from bench.procs import (
     FleetProc,
     GatewayProc,
-    environment,
     free_port,
     gateway_config,
     spawn,
     start_fleet,
     start_gateway,
-    stop_group,
     tmpdir,
     until_healthy,
 )
+from bench.proxies import ProxyProc
 from bench.report import Report, Table, fmt_percentile, print_console, render_markdown
 from bench.workload import Workload, make_workload
 from components.haproxy import HEALTH_URI, Backend, HaproxySpec, render_haproxy
@@ -84,6 +84,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "bench" / "results"
 PLOT = REPO / "docs" / "img" / "hierarchy_p99_by_load.png"
 TARGET = 1.5
+SBIN = "/usr/sbin:/sbin"
 GATEWAY_WORKERS = "1"
 """Worker processes per gateway (``GATEWAY_WORKERS``): the simulated hosts share this machine's
 cores, so each gateway is one process, the one-gateway row's too."""
@@ -101,8 +102,6 @@ class HierarchyProfile:
     """Fleet, loads, windows and the disturbance rules of the balancing benchmark profile of
     the same name."""
     hosts: int = 4
-    one_gateway: bool = True
-    """Also run one gateway over the whole fleet at each load."""
 
 
 ONE_CLIENT_FOR_MANY = {"server": {"max_connections_per_client": 1000}}
@@ -147,23 +146,11 @@ def split_round_robin(
 
 
 def haproxy_binary() -> str | None:
-    found = shutil.which("haproxy")
-    if found:
-        return found
-    return next((p for p in ("/usr/sbin/haproxy", "/sbin/haproxy") if os.access(p, os.X_OK)), None)
+    """haproxy on PATH, else in the sbin folders a user's PATH may leave out."""
+    return shutil.which("haproxy", path=os.pathsep.join((os.environ.get("PATH", ""), SBIN)))
 
 
-@dataclass
-class HaproxyProc:
-    proc: subprocess.Popen
-    port: int
-    log_path: Path
-
-    def stop(self) -> None:
-        stop_group(self.proc, 5.0)
-
-
-async def start_haproxy(spec: HaproxySpec, workdir: Path, tag: str) -> HaproxyProc:
+async def start_haproxy(spec: HaproxySpec, workdir: Path, tag: str) -> ProxyProc:
     """HAProxy as the balancer container runs it, on loopback; returns once its own health
     URI answers 200 (every gateway up)."""
     binary = haproxy_binary()
@@ -175,7 +162,7 @@ async def start_haproxy(spec: HaproxySpec, workdir: Path, tag: str) -> HaproxyPr
     proc = spawn([binary, "-W", "-db", "-f", str(config)], log_path)
     url = f"http://127.0.0.1:{spec.port}{HEALTH_URI}"
     await until_healthy(url, proc, 20, "haproxy", log_path)
-    return HaproxyProc(proc, spec.port, log_path)
+    return ProxyProc("haproxy", proc, spec.port, log_path)
 
 
 # ------------------------------------------------------------------------------ one run
@@ -195,7 +182,7 @@ async def run_hierarchy(
     base = prof.base
     groups = host_groups(len(fleet.ports), prof.hosts)
     gateways: list[GatewayProc] = []
-    hp: HaproxyProc | None = None
+    hp: ProxyProc | None = None
     client: MiniClient | None = None
     try:
         for k, group in enumerate(groups):
@@ -240,7 +227,7 @@ async def run_hierarchy(
 # ------------------------------------------------------------------------------ the benchmark
 
 
-async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
+async def run(prof: HierarchyProfile, out_path: Path) -> dict:
     base = prof.base
     workdir = tmpdir()
     src = await snapshot_importable_gateway(workdir, 0.0)
@@ -251,7 +238,7 @@ async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
     results: dict = {
         "meta": run_meta(
             base.name,
-            fleet=base.fleet.to_dict(),
+            fleet=asdict(base.fleet),
             capacity_rps=round(cap, 2),
             hosts=prof.hosts,
             host_instances=[len(g) for g in groups],
@@ -261,6 +248,7 @@ async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
             haproxy=_haproxy_version(),
             windows={"duration_s": base.duration_s, "warmup_s": base.warmup_s},
             command=" ".join(["python -m bench.hierarchy", *sys.argv[1:]]),
+            profile_settings=asdict(prof)["base"] | {"hosts": prof.hosts},
         ),
         "loads": {},
     }
@@ -280,25 +268,18 @@ async def run(prof: HierarchyProfile, out_path: Path | None) -> dict:
                 ),
             }
             log(f"hierarchy at {key}% ({wl.rate_rps:.1f} req/s, {len(wl.requests)} requests)")
-            rows["hierarchy"], _ = await measured(
-                lambda wl=wl, key=key: run_hierarchy(
-                    fleet, policy, wl, prof, workdir, f"h-{key}", src
-                ),
-                base,
-                f"hierarchy at {key}%",
-            )
+            once = partial(run_hierarchy, fleet, policy, wl, prof, workdir, f"h-{key}", src)
+            rows["hierarchy"], _ = await measured(once, base, f"hierarchy at {key}%")
             log("  " + brief(rows["hierarchy"]))
-            if prof.one_gateway:
-                log(f"one gateway at {key}%")
-                rows["one_gateway"], _ = await gateway_run(
-                    fleet, policy, wl, base, workdir, f"one-{key}", base.warmup_s, base.drain_s
-                )
-                log("  " + brief(rows["one_gateway"]))
+            log(f"one gateway at {key}%")
+            rows["one_gateway"], _ = await gateway_run(
+                fleet, policy, wl, base, workdir, f"one-{key}", base.warmup_s, base.drain_s
+            )
+            log("  " + brief(rows["one_gateway"]))
             results["loads"][key] = {"rate_rps": round(wl.rate_rps, 2), "rows": rows}
             results["targets"] = targets(results)
             results["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
-            if out_path is not None:
-                write_json(out_path, results)
+            write_json(out_path, results)
     finally:
         fleet.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -414,37 +395,22 @@ def plot(results: dict, path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = parser("hierarchy", __doc__, quick="8 s windows", smoke="seconds; for tests/bench")
     ap.add_argument("--report", metavar="FILE", help="print the Markdown tables of a results file")
-    ap.add_argument("--hosts", type=int, help="hosts to cut the fleet into (default 4)")
-    ap.add_argument("--loads", help="comma-separated percentages, e.g. 50,85")
-    ap.add_argument("--no-one-gateway", action="store_true", help="skip the one-gateway runs")
     ap.add_argument("--out", help="results JSON (default bench/results/hierarchy-<profile>.json)")
-    ap.add_argument(
-        "--plot", help=f"PNG path (default {PLOT.relative_to(REPO)}, none for --smoke; 'none')"
-    )
     args = ap.parse_args(argv)
     if args.report:
         print(render_markdown(build_report(json.loads(Path(args.report).read_text()))), end="")
         return 0
     name = profile_name(args, "quick", "smoke")
     prof = PROFILES[name]
-    if args.hosts:
-        prof = replace(prof, hosts=args.hosts)
-    if args.loads:
-        loads = tuple(float(x) / 100 for x in args.loads.split(","))
-        prof = replace(prof, base=replace(prof.base, loads=loads))
-    if args.no_one_gateway:
-        prof = replace(prof, one_gateway=False)
     if haproxy_binary() is None:
         ap.error("haproxy is not installed: apt-get install haproxy")
     out = Path(args.out) if args.out else RESULTS_DIR / f"hierarchy-{name}.json"
-    with environment(GATEWAY_WORKERS=GATEWAY_WORKERS):  # every `python -m gateway` reads it
+    # every `python -m gateway` started meanwhile reads it; the environment is restored after
+    with mock.patch.dict(os.environ, GATEWAY_WORKERS=GATEWAY_WORKERS):
         results = asyncio.run(run(prof, out))
-    results["meta"]["profile_settings"] = asdict(prof)["base"] | {"hosts": prof.hosts}
-    write_json(out, results)
     log(f"results written to {out}")
-    plot_path = path_or_none(args.plot, None if name == "smoke" else PLOT)
-    if plot_path is not None:
-        log(plot(results, plot_path) or f"plot written to {plot_path}")
+    if name != "smoke":  # the docs' plot is the documented run's
+        log(plot(results, PLOT) or f"plot written to {PLOT}")
     with contextlib.suppress(BrokenPipeError):
         print_console(build_report(results))
     return 0

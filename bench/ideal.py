@@ -33,28 +33,16 @@ def simulate_ideal(
     """Replay ``workload`` through a central FIFO queue; ``served_by`` (if given) receives
     request id -> instance index."""
     reqs = workload.requests
-    idle_heap: list[tuple[float, int]] = []  # (mean_s, index) for "fastest"
-    idle_fifo: deque[int] = deque()  # for "longest_idle"
-    for i, m in enumerate(means):
-        if pick == "fastest":
-            heapq.heappush(idle_heap, (m, i))
-        else:
-            idle_fifo.append(i)
+
+    def key(i: int, now: float) -> tuple[float, int]:
+        """The order idle instances are taken in: the fastest, or the one idle the longest."""
+        return (means[i], i) if pick == "fastest" else (now, i)
+
+    idle = [key(i, 0.0) for i in range(len(means))]
+    heapq.heapify(idle)
     completions: list[tuple[float, int, int]] = []  # (time, index, request id)
     queue: deque[Request] = deque()
     out: list[Sample] = []
-
-    def has_idle() -> bool:
-        return bool(idle_heap) if pick == "fastest" else bool(idle_fifo)
-
-    def take_idle() -> int:
-        return heapq.heappop(idle_heap)[1] if pick == "fastest" else idle_fifo.popleft()
-
-    def give_back(i: int) -> None:
-        if pick == "fastest":
-            heapq.heappush(idle_heap, (means[i], i))
-        else:
-            idle_fifo.append(i)
 
     def start(i: int, r: Request, now: float) -> None:
         done = now + r.work * means[i]
@@ -71,12 +59,12 @@ def simulate_ideal(
             if queue:
                 start(i, queue.popleft(), now)
             else:
-                give_back(i)
+                heapq.heappush(idle, key(i, now))
         else:
             r = reqs[k]
             k += 1
-            if has_idle():
-                start(take_idle(), r, r.t)
+            if idle:
+                start(heapq.heappop(idle)[1], r, r.t)
             else:
                 queue.append(r)
     out.sort(key=lambda s: s.id)

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import parser, profile_name, run_meta, write_json
+from bench.common import comma_list, parser, profile_name, run_meta, write_json
 from bench.jobs_report import markdown, targets
 from bench.jobs_scenarios import (
     ADMIN_TOKEN,
@@ -78,7 +78,12 @@ PROFILES = {
         saturation_jobs=4, kill_jobs=3, lease_s=2.0,
     ),
 }  # fmt: skip
-SCENARIOS = ("idle", "mixed", "saturation", "kill")
+SCENARIOS = {
+    "idle": scenario_idle,
+    "mixed": scenario_mixed,
+    "saturation": scenario_saturation,
+    "kill": scenario_kill,
+}
 
 
 def config(
@@ -208,7 +213,7 @@ def result_of(
     measured (``parts``)."""
     return {
         "meta": run_meta(prof.name, started=started.isoformat(timespec="seconds"), **meta_extra),
-        "profile": {**asdict(prof), "fleet": prof.fleet.to_dict()},
+        "profile": asdict(prof),
         "capacity": capacities(jobs_prof),
         **parts,
     }
@@ -239,12 +244,7 @@ async def run(
         ctx = Context(prof, stack.fleet, "", stack.workdir, restart=launch, keeper=stack.keeper)
         await launch("jobs")
         out: dict[str, Any] = {}
-        for name, scenario in (
-            ("idle", scenario_idle),
-            ("mixed", scenario_mixed),
-            ("saturation", scenario_saturation),
-            ("kill", scenario_kill),
-        ):
+        for name, scenario in SCENARIOS.items():
             if name in scenarios:
                 print(f"-- scenario {name}", file=sys.stderr, flush=True)
                 out[name] = await scenario(ctx)
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--slow", action="store_true", help="3 slow instances (3x, 4x, 5x) as in bench.balancing"
     )
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--scenarios", type=comma_list(choices=SCENARIOS), default=",".join(SCENARIOS))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--keep-logs", action="store_true")
     ap.add_argument("--no-keeper", action="store_true", help="job slices straight to the instances")
@@ -281,10 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         prof = replace(
             prof, name=prof.name + "-slow", fleet=replace(prof.fleet, slow_factors=(3.0, 4.0, 5.0))
         )
-    scenarios = tuple(s for s in args.scenarios.split(",") if s)
-    unknown = set(scenarios) - set(SCENARIOS)
-    if unknown:
-        ap.error(f"--scenarios: unknown {sorted(unknown)} (expected some of {','.join(SCENARIOS)})")
+    scenarios = tuple(args.scenarios)
     started = dt.datetime.now(dt.UTC)
     with sigterm_unwinds():
         measured = asyncio.run(

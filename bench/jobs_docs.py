@@ -37,7 +37,11 @@ def numbered_pdf(doc: int, pages: int) -> bytes:
     return buf.getvalue()
 
 
-def page_of(width: int, height: int) -> tuple[int, int]:
+Page = tuple[int, int]
+"""(document, 0-based page)."""
+
+
+def page_of(width: int, height: int) -> Page:
     """(document, 0-based page) of a page the fleet rendered ``width`` x ``height``."""
     return height // 2 - 1000, width // 2 - 100
 
@@ -67,23 +71,23 @@ def check_result(lines: list[dict[str, Any]], doc: int, pages: int) -> str | Non
     return None
 
 
-def parses(log: list[dict[str, Any]], docs: set[int]) -> Counter[tuple[int, int]]:
-    """How many times each (document, page) of ``docs`` was parsed, from the fleet's log."""
-    counts: Counter[tuple[int, int]] = Counter()
+def runs_by_page(log: list[dict[str, Any]], docs: set[int]) -> dict[Page, list[dict[str, Any]]]:
+    """Every parse (log entry) of each (document, page) of ``docs``, from the fleet's log."""
+    runs: dict[Page, list[dict[str, Any]]] = {}
     for entry in log:
         for width, height in entry["pages"]:
-            doc, page = page_of(width, height)
-            if doc in docs:
-                counts[(doc, page)] += 1
-    return counts
+            key = page_of(width, height)
+            if key[0] in docs:
+                runs.setdefault(key, []).append(entry)
+    return runs
 
 
 def parsed_twice(log: list[dict[str, Any]], docs: set[int]) -> dict[int, int]:
     """Per document of ``docs``: the parses beyond the first, summed over its pages."""
     extra: Counter[int] = Counter()
-    for (doc, _), n in parses(log, docs).items():
-        if n > 1:
-            extra[doc] += n - 1
+    for (doc, _), runs in runs_by_page(log, docs).items():
+        if len(runs) > 1:
+            extra[doc] += len(runs) - 1
     return dict(extra)
 
 
@@ -101,13 +105,7 @@ def slices_of(log: list[dict[str, Any]], docs: set[int]) -> dict[int, list[int]]
 
 def completion_times(log: list[dict[str, Any]], docs: set[int]) -> list[float]:
     """The time each page of ``docs`` was first parsed to its end, sorted."""
-    first: dict[tuple[int, int], float] = {}
-    for entry in log:
-        for width, height in entry["pages"]:
-            key = page_of(width, height)
-            if key[0] in docs and (key not in first or entry["end"] < first[key]):
-                first[key] = entry["end"]
-    return sorted(first.values())
+    return sorted(min(e["end"] for e in runs) for runs in runs_by_page(log, docs).values())
 
 
 def fluid_pages(log: list[dict[str, Any]], docs: set[int], t0: float, t1: float) -> float:
@@ -142,19 +140,13 @@ def twice_by_first_parse(log: list[dict[str, Any]], docs: set[int], at: float) -
     """The extra parses of pages of ``docs``, by where the page's first parse was at time
     ``at`` (a kill): running, ended before it (and how long before, at most), or begun after
     it."""
-    runs: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for entry in log:
-        for width, height in entry["pages"]:
-            key = page_of(width, height)
-            if key[0] in docs:
-                runs.setdefault(key, []).append(entry)
     out: dict[str, Any] = {
         "running": 0,
         "ended_before": 0,
         "begun_after": 0,
         "ended_within_s": None,
     }
-    for parses in runs.values():
+    for parses in runs_by_page(log, docs).values():
         if len(parses) < 2:
             continue
         first = min(parses, key=lambda e: e["start"])

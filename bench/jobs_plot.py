@@ -10,13 +10,12 @@ of the gateway and its restart (scenario 4, both marked).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from bench.common import pyplot, save_figure
+from bench.common import parser, pyplot, save_figure
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS = REPO / "bench" / "results" / "jobs-default.json"
@@ -52,7 +51,7 @@ def plot(result: dict[str, Any], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = parser("jobs_plot", __doc__)
     ap.add_argument("results", nargs="?", type=Path, default=DEFAULT_RESULTS)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)

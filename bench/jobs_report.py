@@ -73,6 +73,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
     ]
     table = Table("targets", ("#", "target", "measured", "bound", "ok"), ("left",) * 5)
+    details: list[str] = []  # one line per scenario, after the table
 
     def row(number: str, what: str, measured: str, key: str, bound: Any = None) -> None:
         target = t[key]
@@ -87,14 +88,31 @@ def markdown(result: dict[str, Any]) -> str:
             f"{i['fanout_latency_s']:.3f} s / {i['whole_latency_s']:.3f} s = {i['ratio']:.3f}",
             "idle_latency_ratio",
         )
+        runs = "; ".join(
+            f"{r['latency_s']:.3f} s in {r['slices']} slices ({_sizes(r['slice_pages'])} pages)"
+            for r in i["runs"]
+        )
+        details.append(f"- 1: runs {runs}; whole on one instance {i['whole_latency_s']:.3f} s"
+                       f" (cost model {i['whole_model_s']:.1f} s).")  # fmt: skip
     if "mixed" in s:
         m = s["mixed"]
-        a, b = m["alone"]["one_page"], m["with_jobs"]["one_page"]
+        a, b = m["alone"], m["with_jobs"]
         row(
             "2",
             "one-page p99 with 100-page jobs vs alone",
-            f"{b['p99']:.3f} s / {a['p99']:.3f} s = {m['ratio']:.3f}",
+            f"{b['one_page']['p99']:.3f} s / {a['one_page']['p99']:.3f} s = {m['ratio']:.3f}",
             "one_page_p99_ratio",
+        )
+        details.append(
+            f"- 2: {m['one_page_rate_per_s']:.1f} one-page documents/s (p50"
+            f" {a['one_page']['p50']:.3f}"
+            f" s alone, {b['one_page']['p50']:.3f} s with jobs; errors {a['one_page']['errors']},"
+            f" {b['one_page']['errors']}), {m['jobs']} jobs at {m['job_rate_per_s']:.2f}/s; fleet"
+            f" busy {a['busy']['one_page']:.0%} alone, {b['busy']['one_page']:.0%} one-page +"
+            f" {b['busy']['jobs']:.0%} jobs with jobs; job slices {_sizes(m['job_slice_pages'])}"
+            f" pages; jobs whole and in order"
+            f" {m['results']['whole_in_order']}/{m['results']['jobs']};"
+            f" gateway CPU {b['cpu_cores'].get('gateway', 0):.2f} cores with jobs."
         )
     if "saturation" in s:
         u = s["saturation"]
@@ -103,6 +121,15 @@ def markdown(result: dict[str, Any]) -> str:
             "pages/s with jobs alone vs capacity",
             f"{u['steady_pages_per_s']:.1f} / {cap['pages_per_s']:.1f} = {u['ratio']:.3f}",
             "saturation_pages_ratio",
+        )
+        details.append(
+            f"- 3: {u['jobs']} jobs, {u['pages']} pages; steady window"
+            f" {u['steady_window_s'][0]:.1f}-"
+            f"{u['steady_window_s'][1]:.1f} s (10 % to 80 % of the pages done), fleet busy"
+            f" {u['busy_in_window']['jobs']:.0%}; over the whole run (submit to last page)"
+            f" {u['overall_pages_per_s']:.1f} pages/s = {u['ratio_overall']:.3f} of the capacity;"
+            f" slices {_sizes(u['slice_pages'])} pages; gateway CPU"
+            f" {u['cpu_cores'].get('gateway', 0):.2f} cores."
         )
     if "kill" in s:
         k = s["kill"]
@@ -119,44 +146,7 @@ def markdown(result: dict[str, Any]) -> str:
             str(k["parsed_twice_pages"]),
             "kill_parsed_twice_pages",
         )
-    lines.append(table.markdown())
-    lines.append("")
-    if "idle" in s:
-        i = s["idle"]
-        runs = "; ".join(
-            f"{r['latency_s']:.3f} s in {r['slices']} slices ({_sizes(r['slice_pages'])} pages)"
-            for r in i["runs"]
-        )
-        lines.append(f"- 1: runs {runs}; whole on one instance {i['whole_latency_s']:.3f} s"
-                     f" (cost model {i['whole_model_s']:.1f} s).")  # fmt: skip
-    if "mixed" in s:
-        m = s["mixed"]
-        a, b = m["alone"], m["with_jobs"]
-        lines.append(
-            f"- 2: {m['one_page_rate_per_s']:.1f} one-page documents/s (p50"
-            f" {a['one_page']['p50']:.3f}"
-            f" s alone, {b['one_page']['p50']:.3f} s with jobs; errors {a['one_page']['errors']},"
-            f" {b['one_page']['errors']}), {m['jobs']} jobs at {m['job_rate_per_s']:.2f}/s; fleet"
-            f" busy {a['busy']['one_page']:.0%} alone, {b['busy']['one_page']:.0%} one-page +"
-            f" {b['busy']['jobs']:.0%} jobs with jobs; job slices {_sizes(m['job_slice_pages'])}"
-            f" pages; jobs whole and in order"
-            f" {m['results']['whole_in_order']}/{m['results']['jobs']};"
-            f" gateway CPU {b['cpu_cores'].get('gateway', 0):.2f} cores with jobs."
-        )
-    if "saturation" in s:
-        u = s["saturation"]
-        lines.append(
-            f"- 3: {u['jobs']} jobs, {u['pages']} pages; steady window"
-            f" {u['steady_window_s'][0]:.1f}-"
-            f"{u['steady_window_s'][1]:.1f} s (10 % to 80 % of the pages done), fleet busy"
-            f" {u['busy_in_window']['jobs']:.0%}; over the whole run (submit to last page)"
-            f" {u['overall_pages_per_s']:.1f} pages/s = {u['ratio_overall']:.3f} of the capacity;"
-            f" slices {_sizes(u['slice_pages'])} pages; gateway CPU"
-            f" {u['cpu_cores'].get('gateway', 0):.2f} cores."
-        )
-    if "kill" in s:
-        k = s["kill"]
-        lines.append(
+        details.append(
             f"- 4: killed at {k['extracted_at_kill']}/{k['pages']} pages extracted;"
             f" {k['in_flight_at_kill']['slices']} slices ({k['in_flight_at_kill']['pages']} pages)"
             f" were on instances then; pages parsed twice {k['parsed_twice_pages']} over"
@@ -165,4 +155,4 @@ def markdown(result: dict[str, Any]) -> str:
             f" first parse {k['first_parse_after_restart_s']} s after the restart, all done"
             f" {k['recovery_s']:.1f} s after it."
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, table.markdown(), "", *details])

@@ -206,14 +206,10 @@ class Run:
         out: dict[str, float | None] = {}
         async with jobs_client(url, ADMIN_TOKEN, timeout_s=60) as admin:
             for job in await jobclient.batch(admin, "scale-late") if self.late_jobs else []:
-                end = job["extractProgress"]["endTime"]
-                out[job["jobId"]] = (
-                    None
-                    if end is None or job["state"] != "done"
-                    else dt.datetime.strptime(end, "%Y-%m-%d %H:%M:%S")
-                    .replace(tzinfo=dt.UTC)
-                    .timestamp()
-                )
+                end = job["extractProgress"]["endTime"]  # UTC, to the second
+                done = end is not None and job["state"] == "done"
+                when = dt.datetime.strptime(end, "%Y-%m-%d %H:%M:%S") if done else None
+                out[job["jobId"]] = when.replace(tzinfo=dt.UTC).timestamp() if when else None
         return out
 
     async def restart(self, gateway: GatewayProc, cfg: dict, stack: Stack) -> dict[str, Any]:
@@ -299,7 +295,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = parser("jobs_scale", __doc__, smoke="seconds (tests/bench)")
     ap.add_argument("--compare", metavar="REV", help="first run the gateway/ of git revision REV")
     ap.add_argument("--window", type=float, default=None, help="drain window (s)")
-    ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, nargs="?", const=REPO / "docs/img/jobs_scale.png")
     ap.add_argument("--keep-logs", action="store_true")
@@ -307,8 +302,6 @@ def main(argv: list[str] | None = None) -> int:
     prof = PROFILES[profile_name(args, "smoke")]
     if args.window is not None:
         prof = replace(prof, window_s=args.window)
-    if args.jobs is not None:
-        prof = replace(prof, jobs=args.jobs)
     started = dt.datetime.now(dt.UTC)
     srcdir = tmpdir()
     try:

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import math
 import os
-import random
 import signal
 import time
 from collections import Counter
@@ -37,6 +35,7 @@ from bench.jobs_docs import (
     completion_times,
     fluid_pages,
     numbered_pdf,
+    page_of,
     parsed_twice,
     slices_of,
     twice_by_first_parse,
@@ -78,13 +77,13 @@ async def wait(
         await asyncio.sleep(poll_s)
 
 
-async def ocr_once(client: AsyncClient, pdf_b64: str) -> tuple[bool, int]:
-    """One interactive ``POST /ocr``: (answered with a text, HTTP status; 0: no answer)."""
+async def ocr_once(client: AsyncClient, pdf_b64: str) -> Outcome:
+    """One interactive ``POST /ocr``, answered with a text or not (HTTP status 0: no answer)."""
     try:
         await client.call("POST", "/ocr", read_ocr, json={"base64": pdf_b64})
     except OcrError as exc:
-        return False, exc.status or 0
-    return True, 200
+        return Outcome(False, exc.status or 0, f"HTTP {exc.status or 0}")
+    return Outcome(True, 200)
 
 
 def b64(data: bytes) -> str:
@@ -243,10 +242,7 @@ async def scenario_idle(ctx: Context) -> dict[str, Any]:
                         # when, from the submit: job id answered, first and last slice began,
                         # last slice ended (the rest is assembly and the client's polling)
                         "timeline_s": [
-                            round(accepted, 3),
-                            round(min(starts), 3),
-                            round(max(starts), 3),
-                            round(max(ends), 3),
+                            round(t, 3) for t in (accepted, min(starts), max(starts), max(ends))
                         ],
                         "problem": problem,
                     }
@@ -283,7 +279,7 @@ def _busy(log: list[dict[str, Any]], t0: float, t1: float, instances: int) -> di
     for entry in log:
         overlap = min(entry["end"], t1) - max(entry["start"], t0)
         if overlap > 0:
-            doc = entry["pages"][0][1] // 2 - 1000 if entry["pages"] else -1
+            doc = page_of(*entry["pages"][0])[0] if entry["pages"] else -1
             shares["one_page" if doc == ONE_PAGE_DOC else "jobs"] += overlap
     span = max(1e-9, (t1 - t0) * instances)
     return {k: round(v / span, 4) for k, v in shares.items()}
@@ -299,8 +295,7 @@ async def _interactive(
     one_page = b64(numbered_pdf(ONE_PAGE_DOC, 1))
 
     async def send(_: Request) -> Outcome:
-        ok, status = await ocr_once(client, one_page)
-        return Outcome(ok, status, "" if ok else f"HTTP {status}")
+        return await ocr_once(client, one_page)
 
     await ctx.fleet.log()
     meter = ctx.cpu_meter()
@@ -327,12 +322,7 @@ async def scenario_mixed(ctx: Context) -> dict[str, Any]:
     prof, caps = ctx.prof, capacities(ctx.prof)
     rate = prof.interactive_load * caps["one_page_per_s"]
     job_rate = prof.job_load * caps["fast_instances"] / caps["job_instance_s"]
-    rng = random.Random(prof.seed + 1)
-    arrivals: list[float] = []
-    t = rng.expovariate(job_rate)
-    while t < prof.mixed_s:
-        arrivals.append(t)
-        t += rng.expovariate(job_rate)
+    arrivals = [r.t for r in make_workload(job_rate, prof.mixed_s, prof.seed + 1, 0.0).requests]
     docs = ctx.docs(len(arrivals))
     pdfs = {doc: numbered_pdf(doc, prof.doc_pages) for doc in docs}
     async with (
@@ -341,22 +331,19 @@ async def scenario_mixed(ctx: Context) -> dict[str, Any]:
     ):
         alone = await _interactive(ctx, a, rate, None)
         ids: dict[str, int] = {}
-        submitted: dict[str, float] = {}
+
+        async def one(client: AsyncClient, doc: int) -> None:
+            job_id = await submit(client, pdfs[doc], f"mixed-{prof.seed}")
+            ids[job_id] = doc
 
         async def submit_jobs() -> None:
+            """Each job at its arrival time, the two tenants in turn (open loop)."""
             loop = asyncio.get_running_loop()
             start = loop.time()
             tasks = []
             for index, (doc, at) in enumerate(zip(docs, arrivals, strict=True)):
                 await asyncio.sleep(max(0.0, start + at - loop.time()))
-                client = (a, b)[index % 2]
-
-                async def one(client: AsyncClient = client, doc: int = doc) -> None:
-                    job_id = await submit(client, pdfs[doc], f"mixed-{prof.seed}")
-                    ids[job_id] = doc
-                    submitted[job_id] = time.time()
-
-                tasks.append(asyncio.create_task(one()))
+                tasks.append(asyncio.create_task(one((a, b)[index % 2], doc)))
             await asyncio.gather(*tasks)
 
         mixed = await _interactive(ctx, a, rate, submit_jobs)
@@ -400,8 +387,6 @@ async def scenario_saturation(ctx: Context) -> dict[str, Any]:
             jobs = await wait_batch(admin, batch, len(docs), limit_s=600)
         cpu = meter.read()
         log = await ctx.fleet.log()
-        if os.environ.get("BENCH_JOBS_DUMP"):
-            Path(os.environ["BENCH_JOBS_DUMP"]).write_text(json.dumps({"t0": wall0, "log": log}))
         checked = await check_all(a, jobs, ids, prof.doc_pages)
     times = completion_times(log, set(docs))
     n = len(times)
@@ -471,12 +456,10 @@ async def scenario_kill(ctx: Context) -> dict[str, Any]:
         checked = await check_all(a, jobs, ids, prof.doc_pages)
     keeper_after = await ctx.keeper.stats() if ctx.keeper is not None else None
     log = await ctx.fleet.log()
-    if os.environ.get("BENCH_JOBS_DUMP"):
-        Path(os.environ["BENCH_JOBS_DUMP"]).write_text(json.dumps({"t0": killed, "log": log}))
     twice = parsed_twice(log, set(docs))
     sizes = slices_of(log, set(docs))
     bound = sum(max(s) for s in sizes.values())
-    mine = [e for e in log if e["pages"] and e["pages"][0][1] // 2 - 1000 in set(docs)]
+    mine = [e for e in log if e["pages"] and page_of(*e["pages"][0])[0] in set(docs)]
     in_flight = [e for e in mine if e["start"] <= killed <= e["end"]]
     after = [e["start"] for e in mine if e["start"] > restarted]
     per_job = [twice.get(doc, 0) / max(sizes.get(doc, [1])) for doc in docs]

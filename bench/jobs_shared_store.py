@@ -42,11 +42,13 @@ import contextlib
 import datetime as dt
 import itertools
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import psutil
 import psycopg
@@ -56,14 +58,18 @@ from bench.jobs import BacklogProfile, Stack, processes, result_of, sigterm_unwi
 from bench.jobs_docs import numbered_pdf
 from bench.jobs_scenarios import ADMIN_TOKEN, check_all, jobs_client, submit_all, wait_batch
 from bench.loadgen import percentile
-from bench.procs import GatewayProc, environment
+from bench.procs import GatewayProc
 from bench.procstat import MachineMeter, cpu_s, tree, tree_cpu_s
 from bench.report import Table
 from bench.workload import FleetSpec
 from doubles.postgres_server import PostgresServer
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-SCENARIOS = ("sqlite", "postgres-1", "postgres-2")
+SCENARIOS = {  # label -> its row in the table, on PostgreSQL or not, gateways
+    "sqlite": ("1 gateway, SQLite", False, 1),
+    "postgres-1": ("1 gateway, PostgreSQL", True, 1),
+    "postgres-2": ("2 gateways, one PostgreSQL", True, 2),
+}
 
 
 @dataclass(frozen=True)
@@ -304,12 +310,9 @@ async def measure(prof: SharedProfile, keep: bool) -> dict[str, Any]:
     try:
         async with processes(prof.fleet, keep) as stack:
             out: dict[str, Any] = {}
-            for label, pg, gateways in (
-                ("sqlite", None, 1),
-                ("postgres-1", server, 1),
-                ("postgres-2", server, 2),
-            ):
+            for label, (_, on_postgres, gateways) in SCENARIOS.items():
                 print(f"-- scenario {label}", file=sys.stderr, flush=True)
+                pg = server if on_postgres else None
                 out[label] = await scenario(prof, stack, pg, gateways, label)
                 print(out[label], file=sys.stderr, flush=True)
             return out
@@ -326,13 +329,11 @@ def markdown(result: dict[str, Any]) -> str:
          "pages per gateway", "idle between slices p50 / p90 (ms)",
          "store CPU ms/page", "gateways CPU ms/page", "machine busy (cores)"),
     )  # fmt: skip
-    names = {"sqlite": "1 gateway, SQLite", "postgres-1": "1 gateway, PostgreSQL",
-             "postgres-2": "2 gateways, one PostgreSQL"}  # fmt: skip
     for label, s in result["scenarios"].items():
         rate = s["pages_per_s"]
         store_ms = s["cpu_ms_per_page"]["store"] if s["store"] == "postgresql" else None
         table.add(
-            names[label],
+            SCENARIOS[label][0],
             "-" if rate is None else f"{rate:.1f}",
             "-" if rate is None else f"{rate / capacity:.0%}",
             f"{s['drained_s']:.1f}",
@@ -351,7 +352,7 @@ def markdown(result: dict[str, Any]) -> str:
     for label, s in result["scenarios"].items():
         if (c := s.get("store_cost")) is not None:
             cost.add(
-                names[label], f"{c['transactions_per_page']:.2f}",
+                SCENARIOS[label][0], f"{c['transactions_per_page']:.2f}",
                 f"{c['rows_written_per_page']:.2f}", f"{c['wal_bytes_per_page']:,}",
                 f"{c['backends_cpu_ms_per_page']:.3f}", f"{c['background_cpu_ms_per_page']:.3f}",
                 f"{c['size_mb_end']:.1f}",
@@ -369,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     prof = PROFILES[profile_name(args, "smoke")]
     started = dt.datetime.now(dt.UTC)
-    with sigterm_unwinds(), environment(GATEWAY_WORKERS="1"):  # read by python -m gateway
+    # every `python -m gateway` started meanwhile reads it; the environment is restored after
+    with sigterm_unwinds(), mock.patch.dict(os.environ, GATEWAY_WORKERS="1"):
         measured = asyncio.run(measure(prof, args.keep_logs))
     meta_extra = {"gateway_workers": 1}
     result = result_of(prof, started, prof.jobs_profile(), meta_extra, scenarios=measured)

@@ -12,10 +12,9 @@ import contextlib
 import json
 import math
 import re
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bench.minihttp import ClientError, MiniClient
 from bench.workload import Request, Workload, png_b64
@@ -27,7 +26,6 @@ class Outcome:
     status: int = 0  # HTTP status, 0 for a transport error
     error: str = ""
     attempts: int = 1
-    upstream: str = ""
 
 
 @dataclass
@@ -49,11 +47,7 @@ Sender = Callable[[Request], Awaitable[Outcome]]
 @dataclass
 class RunResult:
     samples: list[Sample]
-    duration_s: float
-    offered_rps: float
-    max_lag_s: float = 0.0
-    wall_s: float = 0.0
-    extra: dict = field(default_factory=dict)
+    max_lag_s: float  # the latest the generator sent a request, behind its schedule
 
 
 async def run_open_loop(
@@ -88,15 +82,12 @@ async def run_open_loop(
 
     async def fire_events() -> None:
         for at, fn in events:
-            d = t0 + at - loop.time()
-            if d > 0:
-                await asyncio.sleep(d)
+            await asyncio.sleep(max(0.0, t0 + at - loop.time()))
             r = fn()
             if asyncio.iscoroutine(r):
                 await r
 
     ev_task = asyncio.create_task(fire_events()) if events else None
-    wall0 = time.monotonic()
     for req in workload.requests:
         d = t0 + req.t - loop.time()
         if d > 0:
@@ -119,9 +110,7 @@ async def run_open_loop(
     if ev_task is not None:
         ev_task.cancel()
     samples.sort(key=lambda s: s.id)
-    return RunResult(
-        samples, workload.duration_s, workload.rate_rps, max_lag, time.monotonic() - wall0
-    )
+    return RunResult(samples, max_lag)
 
 
 # ---------------------------------------------------------------------------------- senders
@@ -243,8 +232,12 @@ async def run_closed_loop(
     return {
         "concurrency": concurrency,
         "rps": round(len(lat) / span, 1),
-        "p50_ms": round(percentile(lat, 50) * 1000, 3) if lat else None,
-        "p99_ms": round(percentile(lat, 99) * 1000, 3) if lat else None,
+        **latency_ms(lat),
         "errors": errors,
-        "n": len(lat),
     }
+
+
+def latency_ms(lat: list[float]) -> dict:
+    """How many latencies (``lat``, sorted, in s) and their p50 and p99 in ms (None if none)."""
+    pcts = {f"p{q}_ms": round(percentile(lat, q) * 1000, 3) if lat else None for q in (50, 99)}
+    return {"n": len(lat), **pcts}

@@ -22,16 +22,7 @@ import json
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-
-REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    422: "Unprocessable Entity",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
+from http import HTTPStatus
 
 
 @dataclass
@@ -146,7 +137,7 @@ class MiniServer:
                     resp = HttpResponse.json(500, {"errorCode": 500, "errorMsg": repr(exc)})
                 close = headers.get("connection", "").lower() == "close"
                 out = [
-                    f"HTTP/1.1 {resp.status} {REASONS.get(resp.status, 'X')}\r\n",
+                    f"HTTP/1.1 {resp.status} {HTTPStatus(resp.status).phrase}\r\n",
                     f"content-type: {resp.content_type}\r\n",
                     f"content-length: {len(resp.body)}\r\n",
                 ]

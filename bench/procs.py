@@ -15,8 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,18 +71,7 @@ class FleetProc:
         return sum(s["pages"] for s in await self.stats())
 
     def stop(self) -> None:
-        stop_process(self.proc)
-
-
-def stop_process(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGTERM, and SIGKILL if ``proc`` is still there after ``grace_s``."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_group(self.proc, 5.0)
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float) -> None:
@@ -121,24 +109,29 @@ def log_tail(path: Path, n: int = 30) -> str:
 async def until_healthy(
     url: str, proc: subprocess.Popen, timeout_s: float, name: str, log_path: Path
 ) -> None:
-    """:func:`wait_healthy`; a RuntimeError with the end of the log if ``proc`` exits or does
-    not answer in time (then it is stopped)."""
-    try:
-        if await wait_healthy(url, proc, timeout_s, name):
-            return
-    except RuntimeError as exc:
-        raise RuntimeError(f"{exc}:\n{log_tail(log_path)}") from None
+    """Poll ``GET url`` until it answers 200; a RuntimeError with the end of the log if ``proc``
+    exits or does not answer in ``timeout_s`` (then it is stopped)."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited {proc.returncode}:\n{log_tail(log_path)}")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url)).status_code == 200:
+                    return
+            await asyncio.sleep(0.1)
     stop_group(proc, 5.0)
     raise RuntimeError(f"{name} not healthy after {timeout_s}s:\n{log_tail(log_path)}")
 
 
 def start_fleet(spec: FleetSpec) -> FleetProc:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.fleet", "--spec", json.dumps(spec.to_dict())],
+        [sys.executable, "-m", "bench.fleet", "--spec", json.dumps(asdict(spec))],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # a group of its own, as every process here: stop_group stops it
     )
     line = proc.stdout.readline()
     if not line:
@@ -147,29 +140,29 @@ def start_fleet(spec: FleetSpec) -> FleetProc:
     return FleetProc(proc, json.loads(line))
 
 
-def gateway_config(
-    urls: list[str], mode: str, extra: dict | None = None, means: list[float] | None = None
-) -> dict:
-    """The gateway config for ``mode``, in the format of docs/architecture.md.
+QUIET = {"health": {"enabled": False}, "reload": {"enabled": False}}
+"""Config sections that turn off health probes and reload polling: no traffic but the measured
+one reaches the gateway."""
+
+
+def gateway_config(urls: list[str], mode: str, *extras: dict) -> dict:
+    """The gateway config for ``mode``, in the format of docs/architecture.md, each of
+    ``extras`` merged into it in turn (a section's keys into the section).
 
     Upstreams carry their topology (host/card/vllm), 3 PaddleX per vLLM and 2 vLLM per card as in
     the seed's matrix, so topology-aware policies have something to read.
     """
-    ups = []
-    for i, u in enumerate(urls):
-        card = i // 6
-        vllm = 9025 + card + ((i % 6) // 3) * 10
-        ups.append(
+    cfg = {
+        "upstreams": [
             {
                 "url": u,
                 "host": "local",
-                "card": card,
-                "vllm": f"http://127.0.0.1:{vllm}",
+                "card": i // 6,
+                "vllm": f"http://127.0.0.1:{9025 + i // 6 + (i % 6) // 3 * 10}",
                 "container": f"paddle-bench-{i}",
             }
-        )
-    cfg = {
-        "upstreams": ups,
+            for i, u in enumerate(urls)
+        ],
         "load_balance": {"mode": mode, "max_attempts": 12},
         "http": {
             "timeout_s": 300,
@@ -181,11 +174,10 @@ def gateway_config(
             "remove_repeated_hui": {"enabled": True, "min_repeats": 2},
         },
     }
-    for k, v in (extra or {}).items():
-        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
-            cfg[k] = {**cfg[k], **v}
-        else:
-            cfg[k] = v
+    for k, v in (pair for extra in extras for pair in extra.items()):
+        if isinstance(v, dict):  # a new dict: the config shares nothing with QUIET or the caller
+            v = {**(cfg[k] if isinstance(cfg.get(k), dict) else {}), **v}
+        cfg[k] = v
     return cfg
 
 
@@ -194,7 +186,6 @@ class GatewayProc:
     proc: subprocess.Popen
     port: int
     log_path: Path
-    config_path: Path
 
     def stop(self) -> None:
         stop_group(self.proc, 0.3)  # no need for a graceful drain: the run is over and measured
@@ -227,22 +218,6 @@ def gateway_env(src: Path | None) -> dict[str, str]:
     return env
 
 
-@contextlib.contextmanager
-def environment(**values: str) -> Iterator[None]:
-    """``values`` in ``os.environ`` for the processes started meanwhile (``GATEWAY_WORKERS``
-    for every ``python -m gateway``), the previous environment restored afterwards."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def gateway_import_error(src: Path) -> str | None:
     """None if ``python -m gateway`` can import from ``src``; else the error's last lines."""
     r = subprocess.run(
@@ -260,9 +235,9 @@ def gateway_import_error(src: Path) -> str | None:
 
 def launch_gateway(
     cfg: dict, workdir: Path, name: str, src: Path | None = None, extra_args: tuple[str, ...] = ()
-) -> tuple[subprocess.Popen, int, Path, Path]:
+) -> tuple[subprocess.Popen, int, Path]:
     """``python -m gateway`` with ``cfg`` on a free loopback port, in its own session, its
-    output in ``workdir``: (process, port, log path, config path). Not waited for."""
+    config and output in ``workdir``: (process, port, log path). Not waited for."""
     workdir.mkdir(parents=True, exist_ok=True)
     cfg_path = workdir / f"gateway-{name}.json" if name else workdir / "gateway.json"
     cfg_path.write_text(json.dumps(cfg, indent=1))
@@ -271,31 +246,16 @@ def launch_gateway(
     cmd = [sys.executable, "-m", "gateway", "--config", str(cfg_path)]
     cmd += ["--host", "127.0.0.1", "--port", str(port), *extra_args]
     proc = spawn(cmd, log_path, cwd=src or REPO, env=gateway_env(src))
-    return proc, port, log_path, cfg_path
+    return proc, port, log_path
 
 
 async def start_gateway(
     cfg: dict, workdir: Path, name: str, timeout_s: float = 30.0, src: Path | None = None
 ) -> GatewayProc:
     """:func:`launch_gateway`, healthy when this returns."""
-    proc, port, log_path, cfg_path = launch_gateway(cfg, workdir, name, src)
+    proc, port, log_path = launch_gateway(cfg, workdir, name, src)
     await until_healthy(f"http://127.0.0.1:{port}/health", proc, timeout_s, "gateway", log_path)
-    return GatewayProc(proc, port, log_path, cfg_path)
-
-
-async def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, name: str) -> bool:
-    """Poll ``GET url`` until it answers 200 (True) or ``timeout_s`` passed (False); a
-    RuntimeError with the exit code if ``proc`` exits meanwhile."""
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited {proc.returncode}")
-            with contextlib.suppress(httpx.HTTPError):
-                if (await client.get(url)).status_code == 200:
-                    return True
-            await asyncio.sleep(0.1)
-    return False
+    return GatewayProc(proc, port, log_path)
 
 
 @dataclass
@@ -318,7 +278,7 @@ class KeeperProc:
         return answer.json()
 
     def stop(self) -> None:
-        stop_process(self.proc)
+        stop_group(self.proc, 5.0)
 
 
 async def start_keeper(

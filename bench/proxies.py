@@ -42,13 +42,13 @@ from bench.procs import free_port, launch_gateway, log_tail, snapshot_gateway, s
 REPO = Path(__file__).resolve().parent.parent
 
 APT_PACKAGES = {"nginx": "nginx-light", "wrk": "wrk"}
+SBIN = "/usr/sbin:/usr/local/sbin"
 FOREGROUND = ("-g", "daemon off; master_process on;")  # the master stays our child
 
 
 def nginx_binary() -> str | None:
-    return shutil.which("nginx") or next(
-        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
-    )
+    """nginx on PATH, else in the sbin folders a user's PATH may leave out."""
+    return shutil.which("nginx", path=os.pathsep.join((os.environ.get("PATH", ""), SBIN)))
 
 
 def ensure_tools(tools: tuple[str, ...] = ("nginx", "wrk")) -> dict[str, str]:
@@ -77,24 +77,15 @@ def ensure_tools(tools: tuple[str, ...] = ("nginx", "wrk")) -> dict[str, str]:
     return {t: f"{t} {why}" for t in tools if found[t]() is None}
 
 
-def http_status(port: int, method: str = "GET", path: str = "/", body: bytes = b"") -> int:
-    """The status of one request to 127.0.0.1:port (OSError if nothing answers)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+def call_json(
+    port: int, path: str, body: bytes | None = None, timeout_s: float = 60.0
+) -> tuple[int, dict]:
+    """POST ``body`` (GET without one) to 127.0.0.1:port``path``: (status, decoded JSON answer
+    or {}); OSError if nothing answers."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
     try:
-        headers = {"Content-Type": "application/json"} if body else {}
-        conn.request(method, path, body=body or None, headers=headers)
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status
-    finally:
-        conn.close()
-
-
-def post_json(port: int, path: str, body: bytes) -> tuple[int, dict]:
-    """POST ``body`` to 127.0.0.1:port``path``; (status, decoded JSON answer or {})."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        headers = {} if body is None else {"Content-Type": "application/json"}
+        conn.request("GET" if body is None else "POST", path, body=body, headers=headers)
         resp = conn.getresponse()
         data = resp.read()
     finally:
@@ -129,7 +120,7 @@ class ProxyProc:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self.log_tail()}")
             with contextlib.suppress(OSError, http.client.HTTPException):
-                status = http_status(self.port, "GET", path or "/")
+                status, _ = call_json(self.port, path or "/", timeout_s=10)
                 if status == 200 or not path:
                     return
             time.sleep(0.1)
@@ -272,7 +263,7 @@ def start_gateway(
     timeout_s: float = 60.0,
 ) -> ProxyProc:
     """``python -m gateway`` with ``cfg`` (from ``src``, a snapshot of gateway/, if given)."""
-    proc, port, log_path, _ = launch_gateway(cfg, workdir, "", src, tuple(extra_args or ()))
+    proc, port, log_path = launch_gateway(cfg, workdir, "", src, tuple(extra_args or ()))
     gw = ProxyProc("gateway", proc, port, log_path)
     gw.wait_ready("/health", timeout_s)
     return gw

@@ -35,9 +35,9 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from bench.common import log, parser, path_or_none, profile_name, run_meta, write_json
+from bench.common import comma_list, log, parser, path_or_none, profile_name, run_meta, write_json
 from bench.cpu_cell import ROUTES, Endpoint, WindowSpec, run_cell
-from bench.procs import gateway_config, gateway_import_error, start_fleet
+from bench.procs import QUIET, gateway_config, gateway_import_error, start_fleet
 from bench.procstat import tree
 from bench.proxies import (
     ProxyProc,
@@ -49,6 +49,7 @@ from bench.proxies import (
     start_nginx,
 )
 from bench.proxy_cpu_report import cell
+from bench.report import print_console
 from bench.workload import FleetSpec, png_with_work
 from bench.wrk import run_wrk, write_script
 from fleetctl.png import encode_png
@@ -143,24 +144,10 @@ def bodies(doc: bytes) -> dict[str, bytes]:
 def _endpoints(fleet_port: int, proxies: dict[str, ProxyProc]) -> list[Endpoint]:
     """The fleet itself, then each proxy's routes, in the order every cell measures them."""
     eps = [Endpoint("direct", "pass", fleet_port, None)]
-    for key, px in proxies.items():
-        if key.startswith("nginx"):
-            eps.append(Endpoint(key, "pass", px.port, px.pid))
-    if "gateway" in proxies:
-        gw = proxies["gateway"]
-        eps += [
-            Endpoint("gateway", "pass", gw.port, gw.pid),
-            Endpoint("gateway", "ocr", gw.port, gw.pid),
-        ]
+    eps += [Endpoint(k, "pass", px.port, px.pid) for k, px in proxies.items() if k != "gateway"]
+    if (gw := proxies.get("gateway")) is not None:
+        eps += [Endpoint("gateway", route, gw.port, gw.pid) for route in ("pass", "ocr")]
     return eps
-
-
-def _gateway_extra(prof: Profile) -> dict:
-    """Health probes and reload polling off (no traffic but the measured one), then the user's."""
-    extra: dict = {"health": {"enabled": False}, "reload": {"enabled": False}}
-    for k, v in json.loads(prof.gateway_extra or "{}").items():
-        extra[k] = {**extra.get(k, {}), **v} if isinstance(v, dict) else v
-    return extra
 
 
 def run(prof: Profile, keep_logs: bool = False) -> dict:
@@ -181,7 +168,7 @@ def run(prof: Profile, keep_logs: bool = False) -> dict:
     fleet = start_fleet(FleetSpec(n=prof.instances, slow_factors=(), zero_latency=True))
     proxies: dict[str, ProxyProc] = {}
     try:
-        cfg = gateway_config(fleet.urls, policy, _gateway_extra(prof))
+        cfg = gateway_config(fleet.urls, policy, QUIET, json.loads(prof.gateway_extra or "{}"))
         try:
             if prof.with_nginx:
                 for w in prof.nginx_workers:
@@ -300,11 +287,8 @@ def evaluate_targets(cells: list[dict]) -> list[dict]:
     concs = sorted({c["concurrency"] for c in cells})
     out = []
     for t in TARGETS:
-        per = {}
-        for conc in concs:
-            c = find(cells, "gateway", t.route, t.size, conc)
-            if c is not None:
-                per[str(conc)] = c["cpu_ms"]
+        found = {conc: find(cells, "gateway", t.route, t.size, conc) for conc in concs}
+        per = {str(conc): c["cpu_ms"] for conc, c in found.items() if c is not None}
         worst = max(per.values()) if per else None
         out.append(
             {
@@ -337,13 +321,13 @@ def print_check(targets: list[dict]) -> bool:
 def publish(results: dict, out: Path | None, docs: Path | None, img_dir: Path | None) -> None:
     """Write the results file, the plot and the docs tables (each where given)."""
     from bench import plots
-    from bench.proxy_cpu_report import build_report, print_report, update_docs
+    from bench.proxy_cpu_report import build_report, update_docs
 
     if out is not None:
         write_json(out, results)
         log(f"results written to {out}")
     report = build_report(results)
-    print_report(report)
+    print_console(report)
     if img_dir is not None:
         why = plots.unavailable()
         if why:
@@ -376,10 +360,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = parser("proxy_cpu", __doc__, smoke="seconds: 4 upstreams, 2 small sizes")
     ap.add_argument("--check", action="store_true", help="exit 1 if a CPU target is missed")
     ap.add_argument("--from", dest="from_file", type=Path, help="report a results file, no run")
-    ap.add_argument("--sizes", help="comma-separated subset of: " + ", ".join(SIZES))
-    ap.add_argument("--concurrency", help="comma-separated, e.g. 1,32")
+    ap.add_argument("--sizes", type=comma_list(choices=SIZES), help="some of " + ", ".join(SIZES))
+    ap.add_argument("--concurrency", type=comma_list(int, least=1), help="counts, e.g. 1,32")
     ap.add_argument("--seconds", type=float, help="shortest measured window per cell (1.5)")
-    ap.add_argument("--nginx-workers", help="comma-separated worker_processes values, e.g. 1,auto")
+    ap.add_argument("--nginx-workers", type=comma_list(), help="worker_processes values: 1,auto")
     ap.add_argument("--no-nginx", action="store_true", help="measure the gateway alone")
     ap.add_argument("--gateway-args", default="", help='extra gateway arguments: "--workers 2"')
     ap.add_argument("--gateway-extra", default="", help="JSON merged into the gateway config")
@@ -395,26 +379,16 @@ def main(argv: list[str] | None = None) -> int:
     prof = PROFILES[profile_name(args, "smoke")]
     changes: dict = {}
     if args.sizes:
-        sizes = tuple(s.strip() for s in args.sizes.split(","))
-        bad = [s for s in sizes if s not in SIZES]
-        if bad:
-            ap.error(f"--sizes: unknown {bad} (expected some of {list(SIZES)})")
-        changes["sizes"] = sizes
+        changes["sizes"] = tuple(args.sizes)
     if args.concurrency:
-        try:
-            concs = tuple(int(x) for x in args.concurrency.split(","))
-        except ValueError:
-            ap.error(f"--concurrency: {args.concurrency!r} is not a comma-separated list of counts")
-        if min(concs) < 1:
-            ap.error("--concurrency: each count must be at least 1")
-        changes["concurrency"] = concs
+        changes["concurrency"] = tuple(args.concurrency)
     if args.seconds:
         w = prof.window
         changes["window"] = replace(
             w, measure_s=args.seconds, max_seconds=max(math.ceil(args.seconds + 1), w.max_seconds)
         )
     if args.nginx_workers:
-        changes["nginx_workers"] = tuple(args.nginx_workers.split(","))
+        changes["nginx_workers"] = tuple(args.nginx_workers)
     if args.no_nginx:
         changes["with_nginx"] = False
     try:

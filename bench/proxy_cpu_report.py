@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.report import Report, Table, print_console, render_markdown
+from bench.report import Report, Table, render_markdown
 
 BEGIN = "<!-- bench.proxy_cpu results: begin (python -m bench.proxy_cpu rewrites this part) -->"
 END = "<!-- bench.proxy_cpu results: end -->"
@@ -163,30 +163,38 @@ def _targets_table(targets: list[dict]) -> Table:
     return t
 
 
-def _cpu_table(results: Results) -> Table:
-    cells = results["cells"]
-    cols = _columns(cells)
-    names: list[str] = []
-    for label, target, _ in cols:
-        names.append(label)
-        if target == "gateway":
-            names.append("× nginx")
-    t = Table(
-        "CPU per request (ms): nginx against the gateway",
-        ("document", "c", *names),
-        note="CPU of the whole process tree (nginx: master and workers; the gateway: every "
-        "process) over the window, divided by the requests that reached the upstreams.",
-    )
+Show = Callable[[str, int], str]
+"""What a column of a grid table shows for a (document size, concurrency)."""
+
+
+def _at(results: Results, target: str, route: str) -> Callable[[str, int], dict | None]:
+    """The cell of ``target``/``route`` for a size and a concurrency (None if not measured)."""
+    return lambda size, conc: cell(results["cells"], target, route, size, conc)
+
+
+def _grid_table(
+    results: Results, title: str, cols: list[tuple[str, Show]], note: str = ""
+) -> Table:
+    """A row per (document, c), a column per (label, what it shows) of ``cols``."""
+    t = Table(title, ("document", "c", *(label for label, _ in cols)), note=note)
     for size, conc in _grid(results):
-        row = [_size(size, cells), str(conc)]
-        ng = cell(cells, "nginx", "/layout-parsing", size, conc)
-        for _, target, route in cols:
-            c = cell(cells, target, route, size, conc)
-            row.append(_cpu(c))
-            if target == "gateway":
-                row.append(_ratio(c, ng))
-        t.add(*row)
+        t.add(_size(size, results["cells"]), str(conc), *(show(size, conc) for _, show in cols))
     return t
+
+
+def _cpu_table(results: Results) -> Table:
+    nginx = _at(results, "nginx", "/layout-parsing")
+    cols: list[tuple[str, Show]] = []
+    for label, target, route in _columns(results["cells"]):
+        at = _at(results, target, route)
+        cols.append((label, lambda size, c, at=at: _cpu(at(size, c))))
+        if target == "gateway":
+            cols.append(("× nginx", lambda size, c, at=at: _ratio(at(size, c), nginx(size, c))))
+    note = (
+        "CPU of the whole process tree (nginx: master and workers; the gateway: every "
+        "process) over the window, divided by the requests that reached the upstreams."
+    )
+    return _grid_table(results, "CPU per request (ms): nginx against the gateway", cols, note)
 
 
 def _split(c: dict | None) -> str:
@@ -195,27 +203,15 @@ def _split(c: dict | None) -> str:
     return f"{c['cpu_ms'] - c['sys_ms']:.3f} / {c['sys_ms']:.3f}"
 
 
-def _grid_table(
-    results: Results,
-    title: str,
-    cols: list[tuple[str, str, str]],
-    show: Callable[[dict | None, str, int], str],
-    note: str = "",
-) -> Table:
-    """A row per (document, c), a column per (label, target, route) of ``cols``: what
-    ``show(cell, size, c)`` makes of its cell."""
-    cells = results["cells"]
-    t = Table(
-        title,
-        ("document", "c", *(label for label, _, _ in cols)),
-        note=note,
-    )
-    for size, conc in _grid(results):
-        shown = [
-            show(cell(cells, target, route, size, conc), size, conc) for _, target, route in cols
-        ]
-        t.add(_size(size, cells), str(conc), *shown)
-    return t
+def _shown(
+    results: Results, show: Callable[..., str], *more: tuple[str, str, str]
+) -> list[tuple[str, Show]]:
+    """A column per proxy route (``more`` first), showing ``show(cell, size, c)``."""
+    cols = []
+    for label, target, route in [*more, *_columns(results["cells"])]:
+        at = _at(results, target, route)
+        cols.append((label, lambda size, c, at=at: show(at(size, c), size, c)))
+    return cols
 
 
 def _kernel_table(results: Results) -> list[Table]:
@@ -228,28 +224,20 @@ def _kernel_table(results: Results) -> list[Table]:
         "The same windows as above: user time, then system time (the kernel's work for "
         "the process: its sockets, its wake-ups), of the whole process tree."
     )
-    cols = _columns(results["cells"])
-    return [_grid_table(results, title, cols, lambda c, *_: _split(c), note)]
+    return [_grid_table(results, title, _shown(results, lambda c, *_: _split(c)), note)]
 
 
 def _latency_table(results: Results) -> Table:
-    cols = [("direct to the fleet", "direct", "/layout-parsing"), *_columns(results["cells"])]
+    direct = ("direct to the fleet", "direct", "/layout-parsing")
     title = "Latency p50 / p99 (wrk) and throughput (steady window), c requests in flight"
-    return _grid_table(results, title, cols, lambda c, *_: _lat(c))
+    return _grid_table(results, title, _shown(results, lambda c, *_: _lat(c), direct))
 
 
 def _added_table(results: Results) -> Table:
-    cells = results["cells"]
-
-    def added(c: dict | None, size: str, conc: int) -> str:
-        return _added(c, cell(cells, "direct", "/layout-parsing", size, conc))
-
+    direct = _at(results, "direct", "/layout-parsing")
     title = "Latency added over the fleet answered directly (p50 / p99)"
-    return _grid_table(results, title, _columns(cells), added)
-
-
-def print_report(report: Report) -> None:
-    print_console(report)
+    cols = _shown(results, lambda c, size, conc: _added(c, direct(size, conc)))
+    return _grid_table(results, title, cols)
 
 
 def markdown(report: Report) -> str:

@@ -14,7 +14,6 @@ at the end of a run). Cells are strings that may hold two inline Markdown marks,
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -25,6 +24,8 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
+
+from bench.common import parser
 
 Align = Literal["left", "right"]
 Results = dict[str, Any]
@@ -437,9 +438,7 @@ def print_console(report: Report, console: Console | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.report", description="Print a balancing results file as tables."
-    )
+    ap = parser("report", __doc__)
     ap.add_argument("results", nargs="?", type=Path, default=DEFAULT_RESULTS, help="results JSON")
     ap.add_argument("--console", action="store_true", help="rich tables instead of Markdown")
     args = ap.parse_args(argv)

@@ -20,7 +20,6 @@ memory over time (``docs/img/soak_memory.png``), and every fault with what it di
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import io
@@ -38,7 +37,7 @@ from typing import Any
 
 from PIL import Image
 
-from bench.common import pyplot, save_figure
+from bench.common import parser, pyplot, save_figure, write_json
 from bench.report import Table
 from bench.rollout.load import percentile, png_bytes
 from fleetctl.client import AsyncClient, OcrError, RetryPolicy
@@ -50,6 +49,8 @@ REPO = Path(__file__).resolve().parent.parent
 PORTS = 23000
 USER_TOKEN = "soak-user-" + os.urandom(12).hex()
 ADMIN_TOKEN = "soak-admin-" + os.urandom(12).hex()
+WORKERS = {"image": 4, "pdf": 2, "job": 2}
+"""Clients sending small images, sending 3-page PDFs, running 12-page jobs."""
 SIM_PORT = re.compile(r"sim-vllm:\d+")
 """The simulated model names the vLLM that answered: equal pages differ only there."""
 
@@ -97,11 +98,10 @@ async def sync_worker(url: str, kind: str, document: bytes, run: Run, stop: asyn
             began = time.monotonic()
             try:
                 await client.ocr(document, filename=name)
-                run.samples.append(Sample(run.now(), kind, True, time.monotonic() - began))
+                ok, error = True, ""
             except OcrError as exc:
-                run.samples.append(
-                    Sample(run.now(), kind, False, time.monotonic() - began, str(exc)[:200])
-                )
+                ok, error = False, str(exc)[:200]
+            run.samples.append(Sample(run.now(), kind, ok, time.monotonic() - began, error))
     finally:
         await client.aclose()
 
@@ -118,18 +118,13 @@ async def job_worker(url: str, seed: int, run: Run, stop: asyncio.Event, referen
             began = time.monotonic()
             try:
                 result = await ocr_job(client, path, policy)
-                whole = normal(result.text) == reference[seed]
-                run.jobs["done" if whole else "lost"] += 1
-                run.jobs["pages"] += result.pages
-                if not whole:
-                    run.pages_lost += 12
-                run.samples.append(Sample(run.now(), "job", whole, time.monotonic() - began))
+                whole, pages, error = normal(result.text) == reference[seed], result.pages, ""
             except OcrError as exc:
-                run.jobs["lost"] += 1
-                run.pages_lost += 12
-                run.samples.append(
-                    Sample(run.now(), "job", False, time.monotonic() - began, str(exc)[:200])
-                )
+                whole, pages, error = False, 0, str(exc)[:200]
+            run.jobs["done" if whole else "lost"] += 1
+            run.jobs["pages"] += pages
+            run.pages_lost += 0 if whole else 12
+            run.samples.append(Sample(run.now(), "job", whole, time.monotonic() - began, error))
     finally:
         await client.aclose()
 
@@ -352,22 +347,17 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
-    parser.add_argument("--minutes", type=float, default=60)
-    parser.add_argument("--fault-every", type=float, default=300, help="seconds between faults")
-    parser.add_argument("--window", type=float, default=300, help="seconds per report window")
-    parser.add_argument("--images", type=int, default=4, help="clients sending small images")
-    parser.add_argument("--pdfs", type=int, default=2, help="clients sending 3-page PDFs")
-    parser.add_argument("--jobs", type=int, default=2, help="clients running 12-page jobs")
-    parser.add_argument("--ports", type=int, default=PORTS, help="the stack's block of ports")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "soak.json")
-    parser.add_argument("--plot", type=Path, default=REPO / "docs" / "img" / "soak_memory.png")
-    a = parser.parse_args(argv)
-    workers = {"image": a.images, "pdf": a.pdfs, "job": a.jobs}
-    result = soak(a.minutes, a.fault_every, a.window, workers, a.ports)
+    ap = parser("soak", __doc__)
+    ap.add_argument("--minutes", type=float, default=60)
+    ap.add_argument("--fault-every", type=float, default=300, help="seconds between faults")
+    ap.add_argument("--window", type=float, default=300, help="seconds per report window")
+    ap.add_argument("--ports", type=int, default=PORTS, help="the stack's block of ports")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "soak.json")
+    ap.add_argument("--plot", type=Path, default=REPO / "docs" / "img" / "soak_memory.png")
+    a = ap.parse_args(argv)
+    result = soak(a.minutes, a.fault_every, a.window, WORKERS, a.ports)
     result["command"] = "python -m bench.soak " + " ".join(argv or sys.argv[1:])
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(a.out, result)
     with contextlib.suppress(ImportError):
         plot_memory(result, a.plot)
     print(markdown(result))

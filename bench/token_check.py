@@ -11,11 +11,11 @@ last configured one and for a wrong token.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import time
 
+from bench.common import parser
 from gateway.access.control import Access
 from gateway.config.settings import AuthSettings
 from gateway.errors import AccessError
@@ -53,10 +53,10 @@ def measure(tokens: int, rounds: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, nargs="*", default=[1, 8, 64])
-    parser.add_argument("--rounds", type=int, default=100_000)
-    args = parser.parse_args()
+    ap = parser("token_check", __doc__)
+    ap.add_argument("--tokens", type=int, nargs="*", default=[1, 8, 64])
+    ap.add_argument("--rounds", type=int, default=100_000)
+    args = ap.parse_args()
     for count in args.tokens:
         result = measure(count, args.rounds)
         print(

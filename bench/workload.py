@@ -17,7 +17,7 @@ import base64
 import math
 import random
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from fleetctl.png import encode_png
 
@@ -84,11 +84,6 @@ class FleetSpec:
         """Sum over instances of 1 / mean service time (slow ones included)."""
         return sum(1.0 / s.mean_s for s in self.instances() if s.mean_s > 0)
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["slow_factors"] = list(self.slow_factors)
-        return d
-
 
 @dataclass(frozen=True)
 class Request:
@@ -104,9 +99,7 @@ class Workload:
     requests: list[Request] = field(default_factory=list)
 
 
-def make_workload(
-    rate_rps: float, duration_s: float, seed: int, sigma: float, max_requests: int | None = None
-) -> Workload:
+def make_workload(rate_rps: float, duration_s: float, seed: int, sigma: float) -> Workload:
     """Poisson arrivals at ``rate_rps`` for ``duration_s`` seconds, lognormal work with mean 1.
 
     The unit-rate gaps and the works come from one seeded stream and are only *scaled* by the rate,
@@ -116,15 +109,13 @@ def make_workload(
     mu = -0.5 * sigma * sigma  # E[lognormal(mu, sigma)] = 1
     reqs: list[Request] = []
     t = 0.0
-    k = 0
     while True:
         gap = rng.expovariate(1.0)
         work = rng.lognormvariate(mu, sigma) if sigma > 0 else 1.0
         t += gap / rate_rps
-        if t >= duration_s or (max_requests is not None and k >= max_requests):
+        if t >= duration_s:
             break
-        reqs.append(Request(id=k, t=t, work=work))
-        k += 1
+        reqs.append(Request(id=len(reqs), t=t, work=work))
     return Workload(rate_rps=rate_rps, duration_s=duration_s, requests=reqs)
 
 

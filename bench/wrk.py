@@ -111,37 +111,19 @@ def parse_output(stdout: str) -> WrkResult:
     raise ValueError(f"no {MARKER.strip()} line in wrk's output: {stdout[-500:]!r}")
 
 
-def wrk_binary() -> str | None:
-    return shutil.which("wrk")
-
-
-def wrk_command(
-    url: str, script: Path, connections: int, seconds: int, timeout_s: float = 60.0
-) -> list[str]:
-    """wrk's command line: one thread, ``connections`` connections, ``seconds`` whole seconds."""
-    exe = wrk_binary()
-    if exe is None:
-        raise RuntimeError("wrk is not installed (apt-get install wrk)")
-    if seconds < 1:
-        raise ValueError("wrk runs for whole seconds, at least 1")
-    return [
-        exe,
-        "-t1",
-        f"-c{connections}",
-        f"-d{int(seconds)}s",
-        f"--timeout={int(max(1, timeout_s))}s",
-        "-s",
-        str(script),
-        url,
-    ]
-
-
 class WrkRun:
     """A wrk run in the background: ``start`` it, do something meanwhile, then ``result()``."""
 
     def __init__(self, url: str, script: Path, connections: int, seconds: int) -> None:
+        """One thread, ``connections`` connections, ``seconds`` whole seconds (at least 1)."""
+        exe = shutil.which("wrk")
+        if exe is None:
+            raise RuntimeError("wrk is not installed (apt-get install wrk)")
+        if seconds < 1:
+            raise ValueError("wrk runs for whole seconds, at least 1")
         self.seconds = seconds
-        self.cmd = wrk_command(url, script, connections, seconds)
+        self.cmd = [exe, "-t1", f"-c{connections}", f"-d{int(seconds)}s", "--timeout=60s"]
+        self.cmd += ["-s", str(script), url]
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> WrkRun:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shlex
 import sys
@@ -25,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import parser, write_json
+from bench.common import comma_list, parser, write_json
 from bench.rollout.fleet import ALL_AT_ONCE, SCENARIOS, BenchFleet, Shape
 from bench.rollout.measure import measure
 from bench.rollout.report import markdown, plot_capacity, update_docs
@@ -36,36 +37,19 @@ DEFAULT_PLOT = REPO / "docs" / "img" / "rollout_capacity.png"
 DEFAULT_DOCS = REPO / "docs" / "benchmarks.md"
 
 
-def _counts(value: str) -> list[int]:
-    try:
-        counts = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of card counts: {value!r}") from None
-    if not counts or min(counts) < 2:
-        raise argparse.ArgumentTypeError(
-            f"card counts of 2 or more (a rolling change needs two): {value!r}"
-        )
-    return counts
-
-
-def _scenarios(value: str) -> list[str]:
-    chosen = [v.strip() for v in value.split(",") if v.strip()]
-    unknown = [s for s in chosen if s not in SCENARIOS]
-    if unknown or not chosen:
-        raise argparse.ArgumentTypeError(
-            f"scenarios {unknown or value!r}: choose among {', '.join(SCENARIOS)}"
-        )
-    return chosen
-
-
 def _path(value: str) -> Path | None:
     return None if value == "none" else Path(value)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = parser("rollout", __doc__)
-    ap.add_argument("--cards", type=_counts, default=[2, 3], help="card counts (default 2,3)")
-    ap.add_argument("--scenarios", type=_scenarios, default=list(SCENARIOS),
+    ap.add_argument(
+        "--cards",
+        type=comma_list(int, least=2),
+        default=[2, 3],
+        help="card counts, 2 or more: a rolling change needs two (default 2,3)",
+    )
+    ap.add_argument("--scenarios", type=comma_list(choices=SCENARIOS), default=list(SCENARIOS),
                     help="changes among a,b,c,d (default all)")  # fmt: skip
     ap.add_argument("--vllm-load-s", type=float, default=60.0, help="sim vLLM load (default 60)")
     ap.add_argument("--clients", type=int, default=8, help="clients sending /ocr-file (8)")
@@ -98,7 +82,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "meta": {
             "command": shlex.join(["python", "-m", "bench.rollout", *argv]),
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "machine": f"{_cores()} cores ({platform.platform()}, "
+            "machine": f"{os.cpu_count() or 1} cores ({platform.platform()}, "
             f"Python {platform.python_version()})",
             "vllm_per_card": a.vllm_per_card,
             "paddlex_per_card": a.vllm_per_card * a.paddlex_per_vllm,
@@ -138,12 +122,6 @@ def run(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                     _write(results, a.out)
     results["meta"]["wall_s"] = time.monotonic() - started
     return results
-
-
-def _cores() -> int:
-    import os
-
-    return os.cpu_count() or 1
 
 
 def _line(r: dict[str, Any]) -> str:

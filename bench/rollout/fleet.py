@@ -29,7 +29,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from tests.e2e.pulumi_stack import PulumiStack, changed
 
@@ -155,9 +154,7 @@ class BenchFleet:
     def __enter__(self) -> BenchFleet:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from bench import cpu_ab
 from bench.cpucap import CpuCapError, cgroup_root
-from bench.proxies import canned_config, ensure_tools, post_json, start_canned_fleet
+from bench.proxies import call_json, canned_config, ensure_tools, start_canned_fleet
 
 
 def _need(*tools: str) -> None:
@@ -73,11 +73,11 @@ def test_the_canned_fleet_answers_every_port_with_its_answer(tmp_path):
     try:
         assert len(set(fleet.ports)) == 3
         for port in fleet.ports:
-            status, body = post_json(port, "/layout-parsing", b'{"file": "x", "fileType": 1}')
+            status, body = call_json(port, "/layout-parsing", b'{"file": "x", "fileType": 1}')
             assert (status, body) == (200, answers["/layout-parsing"])
-        status, body = post_json(fleet.ports[1], "/restructure-pages", b"{}")
+        status, body = call_json(fleet.ports[1], "/restructure-pages", b"{}")
         assert status == 200 and body["result"]["layoutParsingResults"][0]["markdown"]["text"]
-        assert post_json(fleet.ports[2], "/elsewhere", b"{}")[0] == 404
+        assert call_json(fleet.ports[2], "/elsewhere", b"{}")[0] == 404
     finally:
         fleet.stop()
 

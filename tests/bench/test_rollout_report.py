@@ -73,7 +73,7 @@ def _plain(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [(["--cards", "1"], "2 or more"), (["--scenarios", "a,x"], "choose among"),
+    [(["--cards", "1"], "[1]: each at least 2"), (["--scenarios", "a,x"], "['x']: each one of a"),
      (["--clients", "0"], "at least 1")],
 )  # fmt: skip
 def test_the_command_line_refuses_what_it_cannot_run(
