@@ -20,24 +20,20 @@ Needs ``valgrind``; the fleet is the zero-latency sim fleet of ``bench.cpu_ab``.
 from __future__ import annotations
 
 import argparse
-import contextlib
+import asyncio
 import http.client
 import json
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
-
-from bench.common import log, run_meta, write_json
+from bench import procs
+from bench.common import comma_list, log, run_meta, write_json
 from bench.cpu_cell import ROUTES
-from bench.procs import free_port, gateway_config, gateway_env, spawn, start_fleet, stop_group
 from bench.proxies import gateway_revision, snapshot_rev
-from bench.proxy_cpu import bodies, document
+from bench.proxy_cpu import SIZES, bodies, document
 from bench.report import Table
 from bench.workload import FleetSpec
 
@@ -53,14 +49,16 @@ def count(src: Path, cfg_path: Path, requests: list[Request], workdir: Path) -> 
     """Instructions the gateway of ``src`` executes from its start to its exit, having served
     ``requests`` on one kept-alive connection."""
     out = workdir / f"cachegrind-{len(list(workdir.glob('cachegrind-*.out')))}.out"
-    port = free_port()
+    port = procs.free_port()
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"]
     cmd += [sys.executable, "-m", "gateway", "--config", str(cfg_path), "--workers", "1"]
     cmd += ["--host", "127.0.0.1", "--port", str(port)]
-    env = {**gateway_env(src), "PYTHONHASHSEED": "0"}
-    proc = spawn(cmd, out.with_suffix(".log"), cwd=src, env=env)
+    env = {**procs.gateway_env(src), "PYTHONHASHSEED": "0"}
+    proc = procs.spawn(cmd, out.with_suffix(".log"), cwd=src, env=env)
     try:
-        _wait_ready(port, proc)
+        # Python's start-up under valgrind: about 40 s here
+        health = f"http://127.0.0.1:{port}/health"
+        asyncio.run(procs.until_healthy(health, proc, 300, "the gateway", out.with_suffix(".log")))
         # http.client sends a request's head and (bytes) body in one write: the gateway reads
         # each request in as many reads every time (httpx writes them apart, and then how
         # often the server reads varies from run to run, and with it the count)
@@ -73,23 +71,11 @@ def count(src: Path, cfg_path: Path, requests: list[Request], workdir: Path) -> 
                 raise SystemExit(f"{route}: HTTP {answer.status} {text[:200]!r}")
         connection.close()
     finally:
-        stop_group(proc, 300)
+        procs.stop_group(proc, 300)
     found = re.search(r"^summary: (\d+)", out.read_text(), re.M)
     if found is None:
         raise SystemExit(f"no instruction count in {out}")
     return int(found.group(1))
-
-
-def _wait_ready(port: int, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 300  # Python's start-up under valgrind: about 40 s here
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the gateway on port {port} exited under valgrind")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False).status_code == 200:
-                return
-        time.sleep(0.5)
-    raise SystemExit(f"the gateway on port {port} did not answer under valgrind within 300 s")
 
 
 def variant_names(revs: list[str]) -> list[str]:
@@ -111,10 +97,9 @@ def measure(args: argparse.Namespace) -> dict:
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     workdir = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
-    fleet = start_fleet(FleetSpec(n=48, slow_factors=(), zero_latency=True))
-    extra = {"health": {"enabled": False}, "reload": {"enabled": False}}
+    fleet = procs.start_fleet(FleetSpec(n=48, slow_factors=(), zero_latency=True))
     cfg_path = workdir / "gateway.json"
-    cfg_path.write_text(json.dumps(gateway_config(fleet.urls, "queue", extra)))
+    cfg_path.write_text(json.dumps(procs.gateway_config(fleet.urls, "queue", procs.QUIET)))
     docs = {size: bodies(document(size)) for size in args.sizes}
     warm = [(route, docs[size][route]) for size in args.sizes for route in args.routes] * WARM_UP
     cells: dict[str, dict[str, float]] = {}
@@ -152,8 +137,8 @@ def report(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
     parser.add_argument("--revs", type=lambda s: s.split(","), default=["HEAD", ""])
-    parser.add_argument("--routes", type=lambda s: s.split(","), default=["pass", "ocr"])
-    parser.add_argument("--sizes", type=lambda s: s.split(","), default=["tiny", "1 MB"])
+    parser.add_argument("--routes", type=comma_list(str, ROUTES), default=["pass", "ocr"])
+    parser.add_argument("--sizes", type=comma_list(str, SIZES), default=["tiny", "1 MB"])
     parser.add_argument("--out", type=Path, help="write the counts as JSON here")
     args = parser.parse_args(argv)
     result = measure(args)
