@@ -43,9 +43,9 @@ class Chooser:
         self.place_loads: Callable[[], list[int]] = list
         """Attempts in flight at each numbered place, and a last 0; empty when nothing is in
         flight anywhere (:meth:`Counters.place_loads`)."""
-        column, base = counters.column()
-        self._column, self._base = column, base
-        self.count: Callable[[Upstream], int] = lambda u: column[base + u.slot]
+        column, self._base = counters.column()
+        self._column = column
+        self.count: Callable[[Upstream], int] = lambda u: column[u.count_ix]
         """Attempts in flight at an upstream (every worker's, when shared)."""
 
     def configure(self, settings: Settings, upstreams: list[Upstream]) -> None:
@@ -55,6 +55,8 @@ class Chooser:
             self.policy = make_policy(settings.load_balance.mode, self._rng)
         self.settings = settings
         self.upstreams = upstreams
+        for u in upstreams:  # read for every upstream at every dispatch: no sum each time
+            u.count_ix = self._base + u.slot
         self._index_places()
 
     def _index_places(self) -> None:
@@ -76,8 +78,14 @@ class Chooser:
 
     def counts(self, upstreams: Sequence[Upstream]) -> list[int]:
         """:attr:`count` of each of ``upstreams``."""
-        column, base = self._column, self._base
-        return [column[base + u.slot] for u in upstreams]
+        column = self._column
+        return [column[u.count_ix] for u in upstreams]
+
+    def free(self, upstreams: Sequence[Upstream], limit: float) -> list[Upstream]:
+        """Those of ``upstreams`` with fewer than ``limit`` attempts in flight (one pass: it
+        runs for every request, over every upstream)."""
+        column = self._column
+        return [u for u in upstreams if column[u.count_ix] < limit]
 
     def choose(self, candidates: list[Upstream]) -> Upstream:
         return self.policy.choose(candidates, self.upstreams, self._load_keys)
@@ -119,13 +127,10 @@ class Chooser:
         """
         now = self._clock()
         memory = self.settings.load_balance.speed_memory_s
-        timed = [
-            (u, u.service_s) for u in self.upstreams if u.service_s and now - u.service_at <= memory
-        ]
-        if not timed:
+        known = [u for u in self.upstreams if u.service_s and now - u.service_at <= memory]
+        if not known:
             return {}
-        known = [u for u, _ in timed]
-        services = [service for _, service in timed]
+        services = [u.service_s or 0.0 for u in known]  # each set (known): `or` for the type
         average = sum(services) / len(services)
         low, high = average * _HALF_CLASS_DOWN, average * _HALF_CLASS_UP  # class 0 in between
         if low <= min(services) and max(services) < high:

@@ -62,8 +62,7 @@ class Leasing:
         """
         count = chooser.count
         for _ in range(OPTIMISTIC_TRIES):
-            counts = chooser.counts(candidates)
-            free = [u for u, n in zip(candidates, counts, strict=True) if n < limit]
+            free = chooser.free(candidates, limit)
             if not free or (may_take is not None and not may_take(free)):
                 return None
             chosen = chooser.choose(free)

@@ -73,6 +73,7 @@ class Upstream:
     service_at: float = 0.0  # clock of the last service sample
     leases: set[Lease] = field(default_factory=set)  # attempts in flight here
     slot: int = -1  # its column in the workers' shared occupancy table (gateway.shared.occupancy)
+    count_ix: int = -1  # where its count stands in the counters' column (the pool's chooser)
     # the keys of its vLLM, card and host (None: not named), and those named; set with ``spec``
     place_keys: tuple[Hashable | None, Hashable | None, Hashable | None] = (None, None, None)
     places: tuple[Hashable, ...] = ()
