@@ -3,16 +3,16 @@ per request in a unit that the rest of the machine does not disturb.
 
 CPU time per request drifts by tens of percent on a shared machine (``bench.cpu_ab`` measures
 it in interleaved rounds and still sees +-5 % between two runs of one revision); the number of
-instructions a process executes for the same requests does not drift. Each variant's gateway
-(one worker, ``PYTHONHASHSEED`` fixed) runs under cachegrind with its cache simulation off, so
-only instructions are counted; every run gets the same warm-up (20 requests of each route and
-size), then serves ``n`` requests of one cell, and the count per request is the difference to a
-run that serves none after the warm-up, divided by ``n`` (start-up, warm-up and shut-down
-cancel out). Under valgrind the gateway runs 30-50x slower, so the requests are few; the
-variation between two runs of one revision is below 0.5 % (``--revs HEAD,HEAD`` shows it).
+instructions a process executes for the same requests does not. Each variant's gateway (one
+worker unless ``--workers``, ``PYTHONHASHSEED`` fixed) runs under cachegrind with its cache
+simulation off: only instructions are counted. Every run gets the same warm-up (20 requests of
+each route and size), then serves ``n`` requests of one cell; the count per request is the
+difference to a run that serves none after the warm-up, over ``n`` (start-up, warm-up and
+shut-down cancel out). Two runs of one revision differ by 0.2 % (``--revs HEAD,HEAD``).
 
     python -m bench.instructions --revs 36addbe,HEAD              # pass and ocr, tiny and 1 MB
     python -m bench.instructions --revs 36addbe, --sizes tiny     # '': the working tree
+    python -m bench.instructions --revs 36addbe,HEAD --workers 2  # every process counted
 
 Needs ``valgrind``; the fleet is the zero-latency sim fleet of ``bench.cpu_ab``.
 """
@@ -38,20 +38,25 @@ from bench.report import Table
 from bench.workload import FleetSpec
 
 WARM_UP = 20  # requests of every route and size before anything is counted
-REQUESTS = {"tiny": 600, "1 MB": 120}  # counted requests per cell, by document size
+REQUESTS = {"tiny": 1500, "1 MB": 120}  # counted requests per cell, by document size
 
 
 Request = tuple[str, bytes]
 """A route's name (``bench.cpu_cell.ROUTES``) and a body."""
 
 
-def count(src: Path, cfg_path: Path, requests: list[Request], workdir: Path) -> int:
-    """Instructions the gateway of ``src`` executes from its start to its exit, having served
-    ``requests`` on one kept-alive connection."""
-    out = workdir / f"cachegrind-{len(list(workdir.glob('cachegrind-*.out')))}.out"
+def count(
+    src: Path, cfg_path: Path, requests: list[Request], workdir: Path, workers: int = 1
+) -> int:
+    """Instructions the gateway of ``src`` (all its processes: the supervisor and its
+    ``workers``) executes from its start to its exit, having served ``requests`` on one
+    kept-alive connection."""
+    run = workdir / f"run-{len(list(workdir.glob('run-*')))}"
+    run.mkdir()
+    out = run / "cachegrind.out"
     port = procs.free_port()
-    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"]
-    cmd += [sys.executable, "-m", "gateway", "--config", str(cfg_path), "--workers", "1"]
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}.%p"]
+    cmd += [sys.executable, "-m", "gateway", "--config", str(cfg_path), "--workers", str(workers)]
     cmd += ["--host", "127.0.0.1", "--port", str(port)]
     env = {**procs.gateway_env(src), "PYTHONHASHSEED": "0"}
     proc = procs.spawn(cmd, out.with_suffix(".log"), cwd=src, env=env)
@@ -72,10 +77,10 @@ def count(src: Path, cfg_path: Path, requests: list[Request], workdir: Path) -> 
         connection.close()
     finally:
         procs.stop_group(proc, 300)
-    found = re.search(r"^summary: (\d+)", out.read_text(), re.M)
-    if found is None:
-        raise SystemExit(f"no instruction count in {out}")
-    return int(found.group(1))
+    found = [re.search(r"^summary: (\d+)", f.read_text(), re.M) for f in run.glob("*.out.*")]
+    if not found or None in found:
+        raise SystemExit(f"an instruction count is missing in {run}")
+    return sum(int(m.group(1)) for m in found if m is not None)
 
 
 def variant_names(revs: list[str]) -> list[str]:
@@ -99,7 +104,11 @@ def measure(args: argparse.Namespace) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
     fleet = procs.start_fleet(FleetSpec(n=48, slow_factors=(), zero_latency=True))
     cfg_path = workdir / "gateway.json"
-    cfg_path.write_text(json.dumps(procs.gateway_config(fleet.urls, "queue", procs.QUIET)))
+    # service times measured under valgrind swing widely, and the speed classes they make
+    # come and go between runs, each class costing a pass over every upstream: forgotten at once
+    forget = {"load_balance": {"speed_memory_s": 1e-6}}
+    cfg = procs.gateway_config(fleet.urls, "queue", procs.QUIET, forget)
+    cfg_path.write_text(json.dumps(cfg))
     docs = {size: bodies(document(size)) for size in args.sizes}
     warm = [(route, docs[size][route]) for size in args.sizes for route in args.routes] * WARM_UP
     cells: dict[str, dict[str, float]] = {}
@@ -107,18 +116,20 @@ def measure(args: argparse.Namespace) -> dict:
     try:
         for rev, name in zip(args.revs, names, strict=True):
             src = snapshot_rev(workdir / name.replace(" ", "-"), rev)
-            base = count(src, cfg_path, warm, workdir)
+            base = count(src, cfg_path, warm, workdir, args.workers)
             for size in args.sizes:
                 for route in args.routes:
                     n = REQUESTS.get(size, 100)
-                    total = count(src, cfg_path, warm + [(route, docs[size][route])] * n, workdir)
+                    requests = warm + [(route, docs[size][route])] * n
+                    total = count(src, cfg_path, requests, workdir, args.workers)
                     per = (total - base) / n
                     cells.setdefault(f"{route} {size}", {})[name] = per
                     log(f"{name} {route} {size}: {per:,.0f} instructions a request")
     finally:
         fleet.stop()
     revisions = {name: gateway_revision(rev) for rev, name in zip(args.revs, names, strict=True)}
-    return {"meta": run_meta("default", revisions=revisions), "names": names, "cells": cells}
+    meta = run_meta("default", revisions=revisions, workers=args.workers)
+    return {"meta": meta, "names": names, "cells": cells}
 
 
 def report(result: dict) -> str:
@@ -139,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--revs", type=lambda s: s.split(","), default=["HEAD", ""])
     parser.add_argument("--routes", type=comma_list(str, ROUTES), default=["pass", "ocr"])
     parser.add_argument("--sizes", type=comma_list(str, SIZES), default=["tiny", "1 MB"])
+    parser.add_argument("--workers", type=int, default=1, help="the gateway's processes")
     parser.add_argument("--out", type=Path, help="write the counts as JSON here")
     args = parser.parse_args(argv)
     result = measure(args)
