@@ -8,7 +8,8 @@ worker unless ``--workers``, ``PYTHONHASHSEED`` fixed) runs under cachegrind wit
 simulation off: only instructions are counted. Every run gets the same warm-up (20 requests of
 each route and size), then serves ``n`` requests of one cell; the count per request is the
 difference to a run that serves none after the warm-up, over ``n`` (start-up, warm-up and
-shut-down cancel out). Two runs of one revision differ by 0.2 % (``--revs HEAD,HEAD``).
+shut-down cancel out). Two runs of one revision differ by 0.04-0.5 % (1.3 % once, with 600
+tiny requests a cell; ``--revs HEAD,HEAD`` shows it).
 
     python -m bench.instructions --revs 36addbe,HEAD              # pass and ocr, tiny and 1 MB
     python -m bench.instructions --revs 36addbe, --sizes tiny     # '': the working tree
