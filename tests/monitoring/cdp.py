@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import select
+import shutil
 import subprocess
 import tempfile
 import time
@@ -39,7 +40,7 @@ class Browser:
         self._buffer = b""
 
     def __enter__(self) -> Browser:
-        self._profile = tempfile.TemporaryDirectory(prefix="cdp-")
+        self._profile = tempfile.mkdtemp(prefix="cdp-")
         to_child, self._out = os.pipe()  # we write, chromium reads fd 3
         self._in, from_child = os.pipe()  # chromium writes fd 4, we read
 
@@ -53,7 +54,7 @@ class Browser:
             "--disable-gpu", "--no-first-run", "--no-default-browser-check",
             "--disable-dev-shm-usage", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--metrics-recording-only",
-            f"--user-data-dir={self._profile.name}",
+            f"--user-data-dir={self._profile}",
             f"--window-size={self.size[0]},{self.size[1]}", "about:blank",
         ]  # fmt: skip
         self.proc = subprocess.Popen(
@@ -76,7 +77,17 @@ class Browser:
             self.proc.wait()
         os.close(self._out)
         os.close(self._in)
-        self._profile.cleanup()
+        # Chromium's helper processes (crashpad, the GPU and network services) may still be
+        # writing the profile for a moment after the browser itself has exited
+        for _ in range(50):
+            try:
+                shutil.rmtree(self._profile)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.1)
+        shutil.rmtree(self._profile, ignore_errors=True)
 
     def _read_message(self, deadline: float) -> dict[str, Any]:
         while b"\0" not in self._buffer:
