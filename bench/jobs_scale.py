@@ -14,7 +14,8 @@ loaded 2-core machine), it measures over the window. Meanwhile:
 
 - probes: a status poll (``GET /api/v2/ocr/jobs/{id}``, a random job) every ``status_every_s``,
   and a 100-page submit every ``submit_every_s`` by a token outside the backlog (the "late"
-  tenant), each timed alone (open loop, from its scheduled time);
+  tenant), each timed alone (open loop, from its scheduled time), from a process of their own
+  (the load generator's uploads and its walks of the store on disk would delay them);
 - every second: the fleet's pages done (pages/s, the backlog left), the gateway's memory (RSS
   of its process tree) and, every 5 s, the store's size on disk;
 - fairness: the pages each token got during the window (from the fleet's log: every token
@@ -33,13 +34,16 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import multiprocessing
 import os
 import random
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -144,8 +148,27 @@ class Run:
         await asyncio.gather(*(tenant(i) for i in range(prof.tokens)))
         self.bulk_done = self.now()
 
-    async def probes(self, url: str, until: float) -> None:
-        """Status polls and late submits on their own schedules (open loop) until ``until``."""
+    async def probes_apart(self, url: str, until: float) -> None:
+        """:meth:`probes` in a process of its own, told the job ids as they are submitted."""
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe()
+        args = (self.prof, url, self.t0, until, theirs)
+        child = context.Process(target=_probe_process, args=args, daemon=True)
+        child.start()
+        told = 0
+        while child.is_alive() and self.now() < until:
+            if len(self.ids) > told:
+                ours.send(self.ids[told:])
+                told = len(self.ids)
+            await asyncio.sleep(0.1)
+        found = await asyncio.to_thread(ours.recv)
+        await asyncio.to_thread(child.join, 30)
+        self.probe_submits, self.statuses = found["probe_submits"], found["statuses"]
+        self.late_jobs = found["late_jobs"]
+
+    async def probes(self, url: str, until: float, ids: Connection | None = None) -> None:
+        """Status polls and late submits on their own schedules (open loop) until ``until``;
+        the job ids to poll from ``ids`` too, when given."""
         prof = self.prof
         rng = random.Random(prof.seed)
         tasks: set[asyncio.Task[None]] = set()
@@ -155,6 +178,8 @@ class Run:
         ):
 
             async def status(at: float) -> None:
+                while ids is not None and ids.poll():
+                    self.ids.extend(ids.recv())
                 if not self.ids:
                     return
                 try:
@@ -171,7 +196,8 @@ class Run:
                 except OcrError:
                     self.probe_submits.append((at, None))
 
-            next_status, next_submit = 0.5, 1.0
+            begin = max(0.0, self.now())  # a process of its own starts late
+            next_status, next_submit = begin + 0.5, begin + 1.0
             while (at := min(next_status, next_submit)) < until:
                 await asyncio.sleep(max(0.0, at - self.now()))
                 if at == next_status:
@@ -246,6 +272,17 @@ class Run:
         }
 
 
+def _probe_process(prof: ScaleProfile, url: str, t0: float, until: float, conn: Connection) -> None:
+    """:meth:`Run.probes` in a child process (monotonic time is the machine's: ``t0`` holds);
+    what it measured sent back on ``conn``."""
+    run = Run(prof, Path(tempfile.gettempdir()))
+    run.t0 = t0
+    asyncio.run(run.probes(url, until, conn))
+    conn.send(
+        {"probe_submits": run.probe_submits, "statuses": run.statuses, "late_jobs": run.late_jobs}
+    )
+
+
 async def measure(prof: ScaleProfile, src: Path, keep: bool) -> dict[str, Any]:
     """One full run against the gateway in ``src``."""
     async with processes(prof.fleet, keep, src) as stack:
@@ -263,7 +300,7 @@ async def measure(prof: ScaleProfile, src: Path, keep: bool) -> dict[str, Any]:
         run.t0, run.wall0 = time.monotonic(), time.time()
         end = prof.window_s
         await asyncio.gather(
-            run.bulk_submit(url), run.probes(url, end), run.sample(fleet, gateway, end)
+            run.bulk_submit(url), run.probes_apart(url, end), run.sample(fleet, gateway, end)
         )
         cpu = meter.read()
         log = await fleet.log()

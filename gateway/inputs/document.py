@@ -363,7 +363,10 @@ class DocumentInspector:
         self.workers.size = limits.pdf_workers
         try:
             result = await self.workers.run(
-                data, ("inspect", limits.max_pages, limits.max_image_pixels), limits.pdf_timeout_s
+                data,
+                ("inspect", limits.max_pages, limits.max_image_pixels),
+                limits.pdf_timeout_s,
+                urgent=True,
             )
         except WorkerTimeout:
             raise InputError(

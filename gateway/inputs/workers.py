@@ -59,7 +59,8 @@ class _Worker:
 
 
 class ProcessWorkers:
-    """At most ``size`` jobs at once, each in its own process; more callers wait their turn."""
+    """At most ``size`` jobs at once, each in its own process; more callers wait their turn,
+    an ``urgent`` one (a client waits for it) before the others."""
 
     def __init__(self, target: str, size: int = 2) -> None:
         self.target = target
@@ -67,6 +68,7 @@ class ProcessWorkers:
         self._idle: list[_Worker] = []
         self._busy = 0
         self._turn: asyncio.Condition | None = None
+        self._urgent_waiting = 0
         self.started = 0  # processes started so far
         self.killed = 0
 
@@ -85,15 +87,25 @@ class ProcessWorkers:
         self.started += 1
         return _Worker(process)
 
-    async def run(self, payload: bytes, args: tuple[Any, ...], timeout: float) -> Any:
-        """``function(payload, *args)`` in a worker (``args`` JSON-serializable);
-        WorkerTimeout after ``timeout`` seconds of work (waiting for a free worker does not
-        count)."""
+    async def run(
+        self, payload: bytes, args: tuple[Any, ...], timeout: float, urgent: bool = False
+    ) -> Any:
+        """``function(payload, *args)`` in a worker (``args`` JSON-serializable), the next
+        free one going to an ``urgent`` caller first; WorkerTimeout after ``timeout`` seconds
+        of work (waiting for a free worker does not count)."""
         if self._turn is None:
             self._turn = asyncio.Condition()
         turn = self._turn
         async with turn:
-            await turn.wait_for(lambda: self._busy < self.size)
+            if urgent:
+                self._urgent_waiting += 1
+                try:
+                    await turn.wait_for(lambda: self._busy < self.size)
+                finally:
+                    self._urgent_waiting -= 1
+                    turn.notify_all()  # the others wait no more for it (if it went away)
+            else:
+                await turn.wait_for(lambda: self._busy < self.size and not self._urgent_waiting)
             self._busy += 1
         worker: _Worker | None = None
         try:
@@ -128,7 +140,7 @@ class ProcessWorkers:
                 worker.kill()
             async with turn:
                 self._busy -= 1
-                turn.notify()
+                turn.notify_all()  # the waiter whose turn it is may not be the first in line
 
     async def close(self) -> None:
         """Stop the idle workers (a job still running kills its own when it ends)."""

@@ -15,8 +15,10 @@ Several gateway processes may share one store: every state change is one transac
 (``BEGIN IMMEDIATE``), and a slice or an assembly is leased to one process at a time
 (``owner``, ``lease_until``); a lease that is not renewed expires and the work is taken over,
 at once when the owner's process is known to be dead (:meth:`JobStore.reap_dead_owners`).
-Calls block on SQLite and fsync: call them from a thread (``asyncio.to_thread``), not from the
-event loop.
+Calls block on SQLite and fsync: call them from a thread, not from the event loop
+(:class:`gateway.jobs.sqlite_backend.SqliteBackend` does). A change that also writes files is
+split in two, its file half and its row half (``stage_pages`` and ``commit_slice`` make
+``finish_slice``), so that the files are written outside the single writer's turn.
 
 Usage::
 
@@ -75,6 +77,14 @@ _ALL_CUT = "(cut IS NULL OR cut >= npages)"
 # an active job with pages not yet in a slice: the jobs_uncut index's condition, word for word
 # (SQLite uses a partial index only for a query whose WHERE names its condition)
 _ACTIVE_UNCUT = f"state IN ('pending','running') AND {_UNCUT}"
+# which SQLite does not always do unasked (it prefers jobs_state, every active job)
+_UNCUT_JOBS = "jobs INDEXED BY jobs_uncut"
+# a job to assemble: running, unleased, every page cut and every slice done
+_ASSEMBLY_READY = (
+    "SELECT * FROM jobs j WHERE state='running' AND (owner IS NULL OR lease_until < ?)"
+    f" AND {_ALL_CUT} AND NOT EXISTS (SELECT 1 FROM slices s WHERE s.job_id=j.id"
+    " AND s.state!='done')"
+)
 
 
 @dataclass(frozen=True)
@@ -162,6 +172,7 @@ class JobStore:
         self._reader_dbs: list[sqlite3.Connection] = []
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
+        self._durable = True
         self._db.executescript(_SCHEMA)
         self._migrate()
         self._db.executescript(_INDEXES)
@@ -202,8 +213,16 @@ class JobStore:
         raise RuntimeError(f"{path}: not a 32-byte key")
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction. Not ``durable``: committed without waiting for the disk
+        (SQLite's WAL with ``synchronous=NORMAL``): a process killed keeps it, a power loss
+        may take it back. For the runner's leases and slice marks only, whose loss means a
+        slice parsed again, never a client's answer undone; the next durable commit makes
+        them durable too, being later in the same log."""
         with self._lock:
+            if durable != self._durable:
+                self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                self._durable = durable
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -211,10 +230,6 @@ class JobStore:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
-
-    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return self._db.execute(sql, args).fetchall()
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         """A read on this thread's own connection (see ``__init__``)."""
@@ -252,7 +267,7 @@ class JobStore:
         has waited (since its job was submitted) and the store's disk."""
         now = time.time() if now is None else now
         states = {
-            row[0]: row[1] for row in self._query("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+            row[0]: row[1] for row in self._read("SELECT state, COUNT(*) FROM jobs GROUP BY state")
         }
         active = [
             {
@@ -263,7 +278,7 @@ class JobStore:
                 "age_s": round(now - row["created"], 1),
             }
             for row in (
-                self._query(
+                self._read(
                     "SELECT j.id, j.tenant, j.created, j.npages, (SELECT SUM(count) FROM slices s"
                     " WHERE s.job_id = j.id AND s.state='done') AS done FROM jobs j"
                     " WHERE j.state IN ('pending','running') ORDER BY j.created LIMIT 200"
@@ -272,12 +287,12 @@ class JobStore:
                 else []
             )
         ]
-        waiting = self._query(
+        waiting = self._read(
             "SELECT MIN(j.created), COALESCE(SUM(s.count), 0) FROM slices s"
             " JOIN jobs j ON j.id = s.job_id WHERE j.state IN ('pending','running')"
             " AND s.state='pending'"
         )[0]
-        uncut = self._query(
+        uncut = self._read(
             f"SELECT MIN(created), COALESCE(SUM(npages - cut), 0) FROM jobs"
             f" WHERE state IN ('pending','running') AND {_UNCUT}"
         )[0]
@@ -301,6 +316,10 @@ class JobStore:
         """Store the input, then the job in one transaction. Its pages are cut into slices
         when they are claimed, unless ``slices`` (first position, count) are given now."""
         write_atomic(self.input_path(job.id), data)
+        self.insert_job(job, len(data), slices)
+
+    def insert_job(self, job: Job, size: int, slices: list[tuple[int, int]] | None = None) -> None:
+        """The row half of :meth:`create_job`: its input (``size`` bytes) is on disk."""
         npages = len(job.pages)
         with self._tx() as db:
             db.execute(
@@ -309,7 +328,7 @@ class JobStore:
                 (
                     job.id, job.batch_id, job.tenant, job.model, "pending", job.kind,
                     json.dumps(job.pages), json.dumps(job.options), job.callback_url,
-                    job.created, len(data), npages, 0 if slices is None else npages,
+                    job.created, size, npages, 0 if slices is None else npages,
                 ),
             )  # fmt: skip
             db.executemany(
@@ -327,6 +346,13 @@ class JobStore:
 
     def fail(self, job_id: str, error: str) -> bool:
         """Mark an active job failed (cancel included); False when it was already finished."""
+        failed = self.mark_failed(job_id, error)
+        if failed:
+            self.drop_files(job_id)
+        return failed
+
+    def mark_failed(self, job_id: str, error: str) -> bool:
+        """The row half of :meth:`fail`."""
         with self._tx() as db:
             cur = db.execute(
                 "UPDATE jobs SET state='failed', error=?, finished=? WHERE id=? AND state IN"
@@ -336,10 +362,15 @@ class JobStore:
             db.execute("DELETE FROM slices WHERE job_id=?", (job_id,))
             if cur.rowcount:
                 db.execute("UPDATE jobs SET bytes=0 WHERE id=?", (job_id,))
-        if cur.rowcount:
-            self.input_path(job_id).unlink(missing_ok=True)
-            shutil.rmtree(self.root / "pages" / job_id, ignore_errors=True)
         return cur.rowcount > 0
+
+    def drop_files(self, job_id: str, result: bool = False) -> None:
+        """A job's input and page results (and its ``result``) once its row no longer needs
+        them."""
+        self.input_path(job_id).unlink(missing_ok=True)
+        shutil.rmtree(self.root / "pages" / job_id, ignore_errors=True)
+        if result:
+            self.result_path(job_id).unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ slices
     def claim_slice(self, owner: str, lease_s: float) -> SliceClaim | None:
@@ -358,7 +389,7 @@ class JobStore:
         every job, not yet leased; ``k``: claims made so far in this call; default: every
         page left)."""
         now = time.time()
-        with self._tx() as db:
+        with self._tx(durable=False) as db:
             units: list[dict[str, Any]] = [
                 {**dict(row), "cut": None}
                 for row in db.execute(
@@ -371,16 +402,18 @@ class JobStore:
             ]
             # the oldest uncut jobs of each tenant (no more than it can take in this claim):
             # a tenant that submits behind another's backlog of thousands of jobs is among
-            # the candidates at once (the jobs_uncut index: no scan of the finished jobs)
+            # the candidates at once. Per tenant, on the jobs_uncut index: neither the
+            # finished jobs nor the rest of a backlog are read
             units += [
                 {
                     "job_id": row["id"], "first": row["cut"], "tenant": row["tenant"],
                     "created": row["created"], "cut": row["cut"], "npages": row["npages"],
                 }
                 for row in db.execute(
-                    "SELECT id, tenant, created, cut, npages FROM (SELECT id, tenant, created,"
-                    " cut, npages, ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY created, id)"
-                    f" AS rank FROM jobs WHERE {_ACTIVE_UNCUT}) WHERE rank <= ?",
+                    "SELECT j.id, j.tenant, j.created, j.cut, j.npages FROM (SELECT DISTINCT"
+                    f" tenant FROM {_UNCUT_JOBS} WHERE {_ACTIVE_UNCUT}) t JOIN jobs j ON j.id IN"
+                    f" (SELECT id FROM {_UNCUT_JOBS} WHERE tenant IS t.tenant AND"
+                    f" {_ACTIVE_UNCUT} ORDER BY created, id LIMIT ?)",
                     (count,),
                 )
             ]  # fmt: skip
@@ -388,7 +421,8 @@ class JobStore:
                 return []
             waiting = sum(u["count"] for u in units if u["cut"] is None) + int(
                 db.execute(
-                    f"SELECT COALESCE(SUM(npages - cut), 0) FROM jobs WHERE {_ACTIVE_UNCUT}"
+                    f"SELECT COALESCE(SUM(npages - cut), 0) FROM {_UNCUT_JOBS}"
+                    f" WHERE {_ACTIVE_UNCUT}"
                 ).fetchone()[0]
             )
             running: dict[str | None, int] = dict(
@@ -436,7 +470,7 @@ class JobStore:
         """Extend every lease ``owner`` holds, in one transaction; the (job, first) slices and
         the assembled jobs it still holds (a job cancelled or taken over is not among them)."""
         until = time.time() + lease_s
-        with self._tx() as db:
+        with self._tx(durable=False) as db:
             db.execute(
                 "UPDATE slices SET lease_until=? WHERE owner=? AND state='running' AND job_id IN"
                 " (SELECT id FROM jobs WHERE state='running')",
@@ -459,24 +493,32 @@ class JobStore:
         """Store a slice's page results and mark it done, both only while the slice is still
         ours (a runner whose lease was taken over must not overwrite the new owner's file);
         False when it was not ours."""
+        return self.commit_slice(claim, owner, *self.stage_pages(claim, pages))
+
+    def stage_pages(self, claim: SliceClaim, pages: list[dict[str, Any]]) -> tuple[Path, int]:
+        """The file half of :meth:`finish_slice`: the page results in a fsynced temporary
+        file, and their size."""
         data = json.dumps(pages, ensure_ascii=False).encode()
-        path = self.pages_path(claim.job.id, claim.first)
-        tmp = write_temporary(path, data)
+        return write_temporary(self.pages_path(claim.job.id, claim.first), data), len(data)
+
+    def commit_slice(self, claim: SliceClaim, owner: str, staged: Path, size: int) -> bool:
+        """The row half of :meth:`finish_slice`: the ``staged`` file takes its real name in
+        the transaction that marks the slice done, or is removed."""
         try:
-            with self._tx() as db:
+            with self._tx(durable=False) as db:
                 cur = db.execute(
                     "UPDATE slices SET state='done', owner=NULL WHERE job_id=? AND first=? AND"
                     " owner=? AND state='running'",
                     (claim.job.id, claim.first, owner),
                 )
                 if cur.rowcount:
-                    os.replace(tmp, path)
+                    os.replace(staged, self.pages_path(claim.job.id, claim.first))
                     db.execute(
                         "UPDATE jobs SET extracted = extracted + ?, bytes = bytes + ? WHERE id=?",
-                        (claim.count, len(data), claim.job.id),
+                        (claim.count, size, claim.job.id),
                     )
         finally:
-            tmp.unlink(missing_ok=True)
+            staged.unlink(missing_ok=True)
         return cur.rowcount > 0
 
     def retry_slice(
@@ -484,7 +526,7 @@ class JobStore:
     ) -> None:
         """Give a slice back: ``counted`` adds an attempt, ``split`` replaces it by one slice
         per page (attempts reset, the upstreams that failed it remembered)."""
-        with self._tx() as db:
+        with self._tx(durable=False) as db:
             mine = db.execute(
                 "SELECT 1 FROM slices WHERE job_id=? AND first=? AND owner=? AND state='running'",
                 (claim.job.id, claim.first, owner),
@@ -512,16 +554,15 @@ class JobStore:
 
     # ------------------------------------------------------------------ assembly
     def claim_assembly(self, owner: str, lease_s: float) -> Job | None:
-        """Lease a running job whose slices are all done, to assemble its result."""
+        """Lease a running job whose slices are all done, to assemble its result. Looked for
+        on a reader first: most looks find none, and take no turn of the single writer."""
         now = time.time()
-        with self._tx() as db:
-            row = db.execute(
-                "SELECT * FROM jobs j WHERE state='running' AND (owner IS NULL OR lease_until < ?)"
-                f" AND {_ALL_CUT} AND NOT EXISTS (SELECT 1 FROM slices s WHERE s.job_id=j.id"
-                " AND s.state!='done') ORDER BY created LIMIT 1",
-                (now,),
-            ).fetchone()
-            if row is None:
+        ready = self._read(f"{_ASSEMBLY_READY} ORDER BY created LIMIT 1", (now,))
+        if not ready:
+            return None
+        with self._tx(durable=False) as db:
+            row = db.execute(f"{_ASSEMBLY_READY} AND id=?", (now, ready[0]["id"])).fetchone()
+            if row is None:  # another process took it meanwhile
                 return None
             db.execute(
                 "UPDATE jobs SET owner=?, lease_until=? WHERE id=?",
@@ -532,7 +573,7 @@ class JobStore:
     def release_owner(self, owner: str) -> None:
         """Give back every lease ``owner`` holds (a process stopping cleanly), so that another
         process need not wait for them to expire."""
-        with self._tx() as db:
+        with self._tx(durable=False) as db:
             db.execute(
                 "UPDATE slices SET state='pending', owner=NULL WHERE owner=? AND state='running'",
                 (owner,),
@@ -552,25 +593,29 @@ class JobStore:
         return dead
 
     def slice_firsts(self, job_id: str) -> list[int]:
-        rows = self._query("SELECT first FROM slices WHERE job_id=? ORDER BY first", (job_id,))
+        rows = self._read("SELECT first FROM slices WHERE job_id=? ORDER BY first", (job_id,))
         return [row[0] for row in rows]
 
     def finish_job(self, job_id: str, result: bytes, owner: str) -> bool:
         """Store the assembled result and mark the job done (its page files are dropped)."""
         write_atomic(self.result_path(job_id), result)
+        done = self.mark_done(job_id, len(result), owner)
+        if done:
+            self.drop_files(job_id)
+        return done
+
+    def mark_done(self, job_id: str, size: int, owner: str) -> bool:
+        """The row half of :meth:`finish_job`: its result (``size`` bytes) is on disk."""
         with self._tx() as db:
             cur = db.execute(
                 "UPDATE jobs SET state='done', finished=?, owner=NULL, bytes=? WHERE id=? AND"
                 " owner=? AND state='running'",
-                (time.time(), len(result), job_id, owner),
+                (time.time(), size, job_id, owner),
             )
-        if cur.rowcount:
-            shutil.rmtree(self.root / "pages" / job_id, ignore_errors=True)
-            self.input_path(job_id).unlink(missing_ok=True)
         return cur.rowcount > 0
 
     def callbacks_due(self) -> list[Job]:
-        rows = self._query(
+        rows = self._read(
             "SELECT * FROM jobs WHERE state IN ('done','failed') AND callback_url IS NOT NULL"
             " AND callback_sent=0"
         )
@@ -586,6 +631,13 @@ class JobStore:
 
     def purge(self, older_than: float) -> int:
         """Delete finished jobs (rows and files) that finished before ``older_than``."""
+        ids = self.purge_rows(older_than)
+        for job_id in ids:
+            self.drop_files(job_id, result=True)
+        return len(ids)
+
+    def purge_rows(self, older_than: float) -> list[str]:
+        """The row half of :meth:`purge`: the ids whose files are to go."""
         with self._tx() as db:
             ids = [
                 row[0]
@@ -596,8 +648,4 @@ class JobStore:
             ]
             db.executemany("DELETE FROM slices WHERE job_id=?", [(i,) for i in ids])
             db.executemany("DELETE FROM jobs WHERE id=?", [(i,) for i in ids])
-        for job_id in ids:
-            self.input_path(job_id).unlink(missing_ok=True)
-            self.result_path(job_id).unlink(missing_ok=True)
-            shutil.rmtree(self.root / "pages" / job_id, ignore_errors=True)
-        return len(ids)
+        return ids
