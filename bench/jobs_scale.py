@@ -4,25 +4,12 @@
     python -m bench.jobs_scale --compare REV        # the same run first against REV's gateway/
     python -m bench.jobs_scale --smoke              # seconds: 4 instances (tests/bench)
 
-Against a real gateway process (``python -m gateway``, its job store in a temporary folder),
-the slice keeper and the simulated fleet of :mod:`bench.jobs` (48 instances), with its page
-cost cut to 100 ms + 50 ms per page so the fleet is fast enough to find the gateway's limits.
-Every token submits its share of the jobs at once (``submit_parallel`` uploads in flight per
-token), then the backlog drains for ``window_s`` seconds from the first submit: the run does
-not wait for all the pages (200,000 pages would take about 4 minutes at capacity, more on a
-loaded 2-core machine), it measures over the window. Meanwhile:
-
-- probes: a status poll (``GET /api/v2/ocr/jobs/{id}``, a random job) every ``status_every_s``,
-  and a 100-page submit every ``submit_every_s`` by a token outside the backlog (the "late"
-  tenant), each timed alone (open loop, from its scheduled time), from a process of their own
-  (the load generator's uploads and its walks of the store on disk would delay them);
-- every second: the fleet's pages done (pages/s, the backlog left), the gateway's memory (RSS
-  of its process tree) and, every 5 s, the store's size on disk;
-- fairness: the pages each token got during the window (from the fleet's log: every token
-  submits its own numbered document), and how long the late tenant's jobs took.
-
-Then ``kill -9`` of the gateway with the backlog in its store, and a restart on the same store:
-the seconds until a job status is served again, and until the fleet parses again.
+A real gateway process, the slice keeper and the simulated fleet of :mod:`bench.jobs`; every
+token submits its share of the jobs at once, then the backlog drains for ``window_s`` seconds
+from the first submit while probes (from a process of their own) time status polls and late
+submits, and the fleet's pages, the gateway's memory and the store on disk are sampled; then
+``kill -9`` of the gateway with the backlog in its store, and a restart on it. What each
+measurement is, and the results: docs/benchmarks.md, "At scale: a large customer's backlog".
 
 Results: ``bench/results/jobs-scale-<profile>.json``, the markdown printed at the end (the
 table in docs/benchmarks.md) and, with ``--plot``, ``docs/img/jobs_scale.png``.
@@ -166,9 +153,9 @@ class Run:
         self.probe_submits, self.statuses = found["probe_submits"], found["statuses"]
         self.late_jobs = found["late_jobs"]
 
-    async def probes(self, url: str, until: float, ids: Connection | None = None) -> None:
-        """Status polls and late submits on their own schedules (open loop) until ``until``;
-        the job ids to poll from ``ids`` too, when given."""
+    async def probes(self, url: str, until: float, ids: Connection) -> None:
+        """Status polls and late submits on their own schedules (open loop) until ``until``,
+        of the job ids told on ``ids``."""
         prof = self.prof
         rng = random.Random(prof.seed)
         tasks: set[asyncio.Task[None]] = set()
@@ -178,7 +165,7 @@ class Run:
         ):
 
             async def status(at: float) -> None:
-                while ids is not None and ids.poll():
+                while ids.poll():
                     self.ids.extend(ids.recv())
                 if not self.ids:
                     return

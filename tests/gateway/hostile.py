@@ -124,3 +124,9 @@ def spin_forever(payload: bytes) -> None:
 
 def echo_length(payload: bytes, extra: int = 0) -> int:
     return len(payload) + extra
+
+
+def nap(payload: bytes, seconds: float) -> str:
+    """A worker job that holds its process for ``seconds``, then answers its payload."""
+    time.sleep(seconds)
+    return payload.decode()

@@ -120,6 +120,48 @@ def test_workers_kill_a_job_past_its_timeout_without_blocking_the_loop():
     assert killed == 1 and started == 1
 
 
+async def _nap(workers: ProcessWorkers, done: list[str], name: str, urgent: bool = False) -> None:
+    """A job that holds its worker 0.5 s ("holder") or none, its name in ``done`` when over."""
+    seconds = 0.5 if name == "holder" else 0.0
+    done.append(await workers.run(name.encode(), (seconds,), 60, urgent=urgent))
+
+
+def test_a_waiting_client_gets_the_next_free_worker_before_background_work():
+    """A PDF to inspect for a client waiting (``urgent``) goes before the slices queued
+    earlier for the job runner: a submit does not wait behind a backlog's cuts."""
+
+    async def scenario() -> list[str]:
+        workers = ProcessWorkers("tests.gateway.hostile:nap", size=1)
+        done: list[str] = []
+        holder = asyncio.create_task(_nap(workers, done, "holder"))
+        await asyncio.sleep(0.2)  # the one worker is busy
+        queued = [asyncio.create_task(_nap(workers, done, f"cut-{i}")) for i in range(3)]
+        await asyncio.sleep(0.05)
+        urgent = asyncio.create_task(_nap(workers, done, "inspect", urgent=True))
+        await asyncio.gather(holder, *queued, urgent)
+        await workers.close()
+        return done
+
+    assert asyncio.run(scenario()) == ["holder", "inspect", "cut-0", "cut-1", "cut-2"]
+
+
+def test_an_urgent_caller_that_gives_up_lets_the_others_on():
+    async def scenario() -> list[str]:
+        workers = ProcessWorkers("tests.gateway.hostile:nap", size=1)
+        done: list[str] = []
+        holder = asyncio.create_task(_nap(workers, done, "holder"))
+        await asyncio.sleep(0.2)
+        urgent = asyncio.create_task(_nap(workers, done, "inspect", urgent=True))
+        queued = asyncio.create_task(_nap(workers, done, "cut"))
+        await asyncio.sleep(0.05)
+        urgent.cancel()  # its client went away while it waited
+        await asyncio.wait_for(asyncio.gather(holder, queued), 10)
+        await workers.close()
+        return done
+
+    assert asyncio.run(scenario()) == ["holder", "cut"]
+
+
 def _assert_refused(r, status, code, fleet, words=""):
     assert r.status_code == status, r.text
     body = r.json()

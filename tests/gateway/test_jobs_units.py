@@ -177,3 +177,26 @@ def test_a_tenant_behind_another_tenants_backlog_is_leased_at_once(tmp_path: Pat
         ("big-0001", 0),
     ]
     store.close()
+
+
+def test_a_clients_change_is_fsynced_the_runners_marks_are_not(tmp_path: Path) -> None:
+    """A submit or a cancel is on disk when answered (SQLite ``synchronous=FULL``); a lease
+    or a slice mark commits without waiting for the disk (``NORMAL``: a power loss may take
+    it back, and the slice is parsed again), which keeps a backlog's commits off a submit's
+    path. The mode is the connection's at each commit."""
+    store = JobStore(tmp_path)
+
+    def mode() -> int:
+        return int(store._db.execute("PRAGMA synchronous").fetchone()[0])
+
+    store.create_job(_job("j1", "a", 1.0), b"%PDF-1")
+    assert mode() == 2  # FULL
+    claim = store.claim_slice("p1", lease_s=30)
+    assert claim is not None and mode() == 1  # NORMAL
+    assert store.finish_slice(claim, [{"n": 0}], "p1") and mode() == 1
+    store.create_job(_job("j2", "a", 2.0), b"%PDF-2")
+    assert mode() == 2
+    assert store.claim_assembly("p1", lease_s=30) is not None and mode() == 1
+    assert store.finish_job("j1", b"{}\n", "p1") and mode() == 2
+    assert store.fail("j2", "cancelled by the caller") and mode() == 2
+    store.close()
