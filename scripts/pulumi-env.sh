@@ -9,6 +9,8 @@ fi
 pulumi_bin="$(bash scripts/install-pulumi.sh)"
 export PATH="$pulumi_bin:$PATH"
 export PULUMI_SKIP_UPDATE_CHECK=true
-export PULUMI_BACKEND_URL="${PULUMI_BACKEND_URL:-file://$PWD/.pulumi-state}"
+# metadata=skip: no metadata file beside each state file (written in place, not renamed into
+# place: a CLI killed while writing it leaves it empty, and every later command fails with EOF)
+export PULUMI_BACKEND_URL="${PULUMI_BACKEND_URL:-file://$PWD/.pulumi-state?metadata=skip}"
 export PULUMI_CONFIG_PASSPHRASE="${PULUMI_CONFIG_PASSPHRASE-}"
 mkdir -p .pulumi-state

@@ -75,7 +75,9 @@ class PulumiStack:
         self.env.update(
             PATH=os.pathsep.join([str(bin_dir), self.env.get("PATH", "")]),
             PULUMI_HOME=str(root / "home"),
-            PULUMI_BACKEND_URL=(root / "state").as_uri(),
+            # no metadata file beside each state file: the file backend writes it in place, not
+            # renamed into place, and a CLI killed meanwhile leaves it empty ("EOF" ever after)
+            PULUMI_BACKEND_URL=(root / "state").as_uri() + "?metadata=skip",
             PULUMI_CONFIG_PASSPHRASE="",
             PULUMI_SKIP_UPDATE_CHECK="true",
             PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
