@@ -107,11 +107,7 @@ class SqliteBackend:
         await self.lanes.read(self.store.register_owner, owner)
 
     async def reap_dead_owners(self) -> list[str]:
-        dead = await self.lanes.read(self.store.owners.dead)
-        for owner in dead:
-            await self.lanes.write(self.store.release_owner, owner)
-            await self.lanes.read(self.store.owners.forget, owner)
-        return dead
+        return await self.lanes.write(self.store.reap_dead_owners)
 
     async def read_input(self, job_id: str) -> bytes:
         return await self.lanes.read(self.store.input_path(job_id).read_bytes)
