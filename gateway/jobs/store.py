@@ -1,11 +1,12 @@
 """The job store: SQLite in WAL mode plus files under ``jobs.dir``.
 
 Layout: ``jobs.sqlite3`` (jobs and their page slices), ``key`` (the HMAC key of result URLs,
-made once, mode 0600), ``inputs/<jobId>`` (the document), ``pages/<jobId>/<first>.json`` (the
-page results of one slice), ``results/<jobId>.jsonl`` (the assembled result), ``owners/``
-(which runners are alive, :mod:`gateway.jobs.owners`). Every file is written to a temporary
-name and renamed, so a killed process leaves no half-written file under a real name. A job row
-is inserted only after its input is on disk.
+made once, mode 0600), ``setup.lock`` (held while a process sets the store up),
+``inputs/<jobId>`` (the document), ``pages/<jobId>/<first>.json`` (the page results of one
+slice), ``results/<jobId>.jsonl`` (the assembled result), ``owners/`` (which runners are alive,
+:mod:`gateway.jobs.owners`). Every file is written to a temporary name and renamed, so a killed
+process leaves no half-written file under a real name. A job row is inserted only after its
+input is on disk.
 
 A job's pages are cut into slices when they are dispatched, not when the job is submitted:
 ``cut`` counts the positions already in a slice, and :meth:`JobStore.claim_slices` cuts the
@@ -30,6 +31,7 @@ Usage::
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -151,6 +153,19 @@ def write_atomic(path: Path, data: bytes) -> None:
     os.replace(write_temporary(path, data), path)
 
 
+@contextmanager
+def _setting_up(root: Path) -> Iterator[None]:
+    """One process at a time sets a store up. Two gateway workers opening a new store at once
+    would both switch it to WAL, and SQLite answers one of them "database is locked" at once,
+    without waiting (each holds the shared lock the other's exclusive lock waits for)."""
+    fd = os.open(root / "setup.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 class JobStore:
     """See module doc. Calls are short and synchronous (SQLite on local disk)."""
 
@@ -170,12 +185,13 @@ class JobStore:
         # WAL readers wait neither for the writer nor for this process's lock
         self._readers = threading.local()
         self._reader_dbs: list[sqlite3.Connection] = []
-        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._durable = True
-        self._db.executescript(_SCHEMA)
-        self._migrate()
-        self._db.executescript(_INDEXES)
+        with _setting_up(root):
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(_SCHEMA)
+            self._migrate()
+            self._db.executescript(_INDEXES)
         self.owners = OwnerRegistry(root / "owners")
 
     def _migrate(self) -> None:

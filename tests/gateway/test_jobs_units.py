@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import time
 from pathlib import Path
 
@@ -200,3 +201,31 @@ def test_a_clients_change_is_fsynced_the_runners_marks_are_not(tmp_path: Path) -
     assert store.finish_job("j1", b"{}\n", "p1") and mode() == 2
     assert store.fail("j2", "cancelled by the caller") and mode() == 2
     store.close()
+
+
+def _open_when_all_are_ready(root: Path, ready, errors) -> None:
+    ready.wait()
+    try:
+        JobStore(root).close()
+    except Exception as exc:  # reported to the test, which names it
+        errors.put(repr(exc))
+
+
+def test_processes_opening_a_new_store_at_once_all_open_it(tmp_path: Path) -> None:
+    """A gateway's workers open the store together when it starts; on a new store SQLite
+    refused one of them at once ("database is locked") without waiting for the other."""
+    context = multiprocessing.get_context("fork")
+    for trial in range(25):
+        ready, errors = context.Barrier(8), context.Queue()
+        root = tmp_path / str(trial)
+        opening = [
+            context.Process(target=_open_when_all_are_ready, args=(root, ready, errors))
+            for _ in range(8)
+        ]
+        for process in opening:
+            process.start()
+        for process in opening:
+            process.join(60)
+        failed = [errors.get() for _ in range(errors.qsize())]
+        assert not failed, f"trial {trial}: {failed}"
+        assert [p.exitcode for p in opening] == [0] * 8
