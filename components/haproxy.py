@@ -31,6 +31,8 @@ JOBS_PREFIX = "/api/v2/ocr/"
 HEALTH_URI = "/balancer/health"
 """Answered by the balancer itself: 200 while at least one gateway is up, else 503."""
 CHECK_PATH = "/ready"
+CHECK_TIMEOUT_MS = 2000
+"""How long a check's answer may take (at least the interval between checks)."""
 MAX_WEIGHT = 256
 STOP_AFTER_S = 25
 """A stopped balancer finishes its requests for this long (below the containers' stop grace)."""
@@ -75,7 +77,8 @@ def render_haproxy(spec: HaproxySpec) -> str:
     jobs = spec.jobs_backend or names[0]
     if jobs not in names:
         raise ValueError(f"jobs backend {jobs!r} is not one of {names}")
-    inter = f"{max(1, round(spec.check_interval_s * 1000))}ms"
+    inter_ms = max(1, round(spec.check_interval_s * 1000))
+    inter = f"{inter_ms}ms"
     timeout = f"{math.ceil(spec.request_timeout_s)}s"
     logging = ["    log stdout format raw local0 info"] if spec.log else []
     checks = [
@@ -105,6 +108,9 @@ def render_haproxy(spec: HaproxySpec) -> str:
         f"    timeout server {timeout}",
         f"    timeout queue {timeout}",
         f"    timeout http-request {math.ceil(spec.header_timeout_s)}s",
+        # without it HAProxy waits `inter` for a check's answer: a busy gateway checked often
+        # would be taken out
+        f"    timeout check {max(CHECK_TIMEOUT_MS, inter_ms)}ms",
         "    timeout http-keep-alive 75s",
         "    retries 2",
         "    option redispatch 1",

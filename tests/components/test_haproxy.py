@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -57,6 +58,8 @@ class GatewayDouble:
     hold: threading.Event = field(default_factory=threading.Event)
     """Documents wait until this is set (those sent to `/slow` alone, if `hold_slow_only`)."""
     hold_slow_only: bool = False
+    ready_after_s: float = 0.0
+    """How long `/ready` takes to answer."""
     in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -80,6 +83,7 @@ class GatewayDouble:
 
             def do_GET(self) -> None:
                 if self.path == "/ready":
+                    time.sleep(double.ready_after_s)
                     self._answer(200 if double.ready else 503, {"ready": double.ready})
                 else:
                     self._answer(200, {"gateway": double.name, "path": self.path})
@@ -246,6 +250,16 @@ def test_a_gateway_that_is_not_ready_gets_nothing_until_it_is_again(doubles, run
     assert httpx.post(f"{balancer.url}/ocr", json={}, timeout=10).status_code == 503
     a.ready = True
     assert wait_for(lambda: _only(balancer, "npu-a"))
+
+
+def test_a_gateway_slower_to_answer_its_check_than_the_check_interval_stays_in(
+    doubles, run_balancer
+):
+    a, b, _ = doubles
+    a.ready_after_s = 0.3  # three check intervals: a busy gateway on a loaded machine
+    balancer = run_balancer(_spec(a.backend(), b.backend()))
+    time.sleep(1.5)
+    assert _spread(balancer, [a, b], 6) == {"npu-a": 3, "npu-b": 3}
 
 
 def test_the_job_api_goes_to_its_gateway_and_to_a_backup_only_while_it_is_down(
