@@ -525,7 +525,7 @@ class JobRunner:
         merged, _, _ = await self.services.proxy.run(
             self.services.settings, work, bypass_limit=True, tenant=job.tenant
         )
-        return [{**page, **new} for page, new in zip(pages, merged, strict=True)]
+        return [_restructured_page(page, new) for page, new in zip(pages, merged, strict=True)]
 
     async def _callback(self, job: Job) -> None:
         """POST the job's status to its callback URL (SSRF-guarded), once, best effort."""
@@ -555,3 +555,13 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
     """Mark a shared future's exception as seen (each user handles it on its own)."""
     if not future.cancelled():
         future.exception()
+
+
+def _restructured_page(page: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A page as ``/restructure-pages`` answered it, with the page's other fields and its place
+    in the document (``prunedResult.page_index``: PaddleX drops it from the pages it answers)."""
+    merged = {**page, **new}
+    index = (page.get("prunedResult") or {}).get("page_index")
+    if index is not None and isinstance(merged.get("prunedResult"), dict):
+        merged["prunedResult"] = {**merged["prunedResult"], "page_index": index}
+    return merged

@@ -17,6 +17,7 @@ from components.settings import load_settings
 from gateway.config.settings import parse_settings
 from gateway.server.app import create_app
 from tests.gateway.conftest import RunningGateway, gateway_config
+from tests.gateway.jobs_helpers import done_pages, jobs_config, submit_pdf
 from tests.sim.helpers import (
     Processes,
     free_port,
@@ -118,6 +119,25 @@ def slicing_gateway(genuine) -> Iterator[RunningGateway]:
     running = RunningGateway(create_app(parse_settings(config)))
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="module")
+def jobs_gateway(genuine, tmp_path_factory) -> Iterator[RunningGateway]:
+    """Runs jobs in slices of 4 pages (jobs_helpers.jobs_config)."""
+    config = jobs_config([genuine.fleet_url], tmp_path_factory.mktemp("jobs"))
+    running = RunningGateway(create_app(parse_settings(config)))
+    yield running
+    running.stop()
+
+
+def test_a_jobs_pages_keep_their_place_in_the_document_through_the_restructure(jobs_gateway):
+    """PaddleX's /restructure-pages answers pages without `page_index` (its prune_result drops
+    it); the job's result keeps each page's position, as a fanned-out request's pages have."""
+    answer = submit_pdf(jobs_gateway.client, 10)
+    assert answer.status_code == 200, answer.text
+    pages = done_pages(jobs_gateway.client, answer.json()["data"]["jobId"])
+    assert [page["prunedResult"]["page_index"] for page in pages] == list(range(10))
+    assert all(page["markdown"]["text"] for page in pages)
 
 
 def test_a_pdf_parsed_in_slices_reads_as_one_parsed_whole(gateway, slicing_gateway):
