@@ -64,7 +64,7 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 async def read_body(request: Request, cap: int) -> bytes:
     """Read the request body, refusing with 413 as soon as it exceeds ``cap`` bytes (the
-    time bound is :class:`gateway.server.connections.BodyDeadlineMiddleware`'s)."""
+    time bound is :class:`gateway.server.body_deadline.BodyDeadlineMiddleware`'s)."""
     declared = request.headers.get("content-length")
     if declared and declared.isascii() and declared.isdigit() and int(declared) > cap:
         raise InputError(

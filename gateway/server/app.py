@@ -37,7 +37,7 @@ from gateway.config.settings import Settings, load_settings
 from gateway.jobs import router as jobs_router
 from gateway.observability.logs import flush_access_log
 from gateway.runtime import Runtime
-from gateway.server.connections import BodyDeadlineMiddleware
+from gateway.server.body_deadline import BodyDeadlineMiddleware
 from gateway.server.hot_path import GatewayApp, Handler, HotServer
 from gateway.server.middleware import RequestContextMiddleware
 from gateway.shared.occupancy import Seat

@@ -3,9 +3,6 @@
 uvicorn bounds idle keep-alive connections only: a client that sends its headers or its body
 one byte a second holds its connection (and its request's memory) forever. Here:
 
-- :class:`BodyDeadlineMiddleware` (ASGI): the whole request body must arrive within
-  ``server.body_timeout_s`` of the end of the headers; past it the request is answered 408
-  ``body_timeout`` (JSON error body) and the connection closed.
 - :func:`protocol_class`: uvicorn's httptools (default, ``server.http``) or h11 protocol
   with a header deadline (the request line and headers must arrive within
   ``server.header_timeout_s`` of the connection's opening, or of a kept-alive connection's next
@@ -20,7 +17,8 @@ one byte a second holds its connection (and its request's memory) forever. Here:
 Usage::
 
     uvicorn.run(app, host="0.0.0.0", port=9101, **uvicorn_options(app))
-    app.add_middleware(BodyDeadlineMiddleware, timeout=lambda: server_settings.body_timeout_s)
+
+The body's deadline is :mod:`gateway.server.body_deadline`'s.
 """
 
 from __future__ import annotations
@@ -32,17 +30,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import h11
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.config.settings import ServerSettings
-from gateway.errors import InputError
 from gateway.observability.context import fresh_request_id
 from gateway.wire.uvicorn_adapter import (
     Exchange,
     H11Base,
     HttpToolsBase,
     ServingPlan,
-    arrival_event,
     peer_address,
     serving_plan,
 )
@@ -53,55 +48,6 @@ if TYPE_CHECKING:
 LINGER_S = 2.0  # how long a refused connection's input is read and dropped before closing
 BACKSTOP_GRACE_S = 5.0  # after body_timeout_s, for the middleware's 408 to go out first
 BODY_HANDOFF_BYTES = 4 << 20  # the most body a connection holds before its app reads it
-
-
-class BodyTimeout(InputError):
-    def __init__(self, limit: float) -> None:
-        super().__init__(
-            408,
-            "body_timeout",
-            f"the request body did not arrive within {limit:g}s (server.body_timeout_s)",
-        )
-
-
-def deadline_receive(receive: Receive, limit: float) -> Receive:
-    """``receive`` bounded by the body deadline: the whole body must arrive within ``limit``
-    seconds from now (BodyTimeout past it); waits after the body are not bounded."""
-    deadline = asyncio.get_running_loop().time() + limit
-    complete = False
-    arrived = arrival_event(receive)  # set while a message waits: no timer is needed
-
-    async def timed_receive() -> Message:
-        nonlocal complete
-        if complete:
-            return await receive()
-        if arrived is not None and arrived.is_set():
-            message = await receive()
-        else:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
-                raise BodyTimeout(limit) from None
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            complete = True
-        return message
-
-    return timed_receive
-
-
-class BodyDeadlineMiddleware:
-    """Bound the time the app may wait for the request body; see module doc."""
-
-    def __init__(self, app: ASGIApp, timeout: Callable[[], float]) -> None:
-        self.app = app
-        self.timeout = timeout
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        await self.app(scope, deadline_receive(receive, self.timeout()), send)
 
 
 def error_bytes(status: int, code: str, message: str, retry_after: int | None = None) -> bytes:

@@ -12,7 +12,7 @@ body deadline as every other route:
 - :class:`HotServer` (the gateway's httptools protocol, :mod:`gateway.server.connections`):
   straight from uvicorn's request cycle, seen through
   :class:`gateway.wire.uvicorn_adapter.Exchange`. The body is read with the cycle's own
-  ``receive`` (under :func:`gateway.server.connections.deadline_receive`, as the middleware
+  ``receive`` (under :func:`gateway.server.body_deadline.deadline_receive`, as the middleware
   reads it), the answer is written to the connection as one response, without ASGI's response
   messages, uvicorn's ``send`` or the middleware chain. A request that names a forwarding proxy
   (``X-Forwarded-*`` headers, which uvicorn's proxy-headers middleware would read) takes the
@@ -46,7 +46,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.api.errors import error_for
-from gateway.server.connections import deadline_receive
+from gateway.server.body_deadline import deadline_receive
 from gateway.server.middleware import open_context, record
 from gateway.wire.uvicorn_adapter import Exchange
 

@@ -23,7 +23,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from .cli import ServeArgs
+from .args import ServeArgs
 from .images import describe_image_url
 from .metrics import VllmMetrics
 

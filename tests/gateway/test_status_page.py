@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sim.vllm.cli import parse_serve
+from sim.vllm.args import parse_serve
 from sim.vllm.server import build_app
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from sim.vllm.cli import UsageError, parse_serve
+from sim.vllm.args import UsageError, parse_serve
 from sim.vllm.images import describe_image_url, image_size
 
 from .helpers import MODEL, REPO, VLLM_FLAGS, free_port, png_b64, port_open, wait_http_ok
