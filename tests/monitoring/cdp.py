@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.monitoring.tools import require
+from tests.real_components import unavailable
+
+COMPONENT = "Chromium (headless)"
 
 
 class CdpError(RuntimeError):
@@ -34,7 +37,7 @@ class CdpError(RuntimeError):
 
 class Browser:
     def __init__(self, width: int = 1400, height: int = 1000) -> None:
-        self.binary = require("chromium", "chromium")
+        self.binary = require("chromium", "chromium", COMPONENT)
         self.size = (width, height)
         self._next = 0
         self._buffer = b""
@@ -66,6 +69,11 @@ class Browser:
         )
         os.close(to_child)
         os.close(from_child)
+        try:  # it answers on its DevTools pipe, or it did not start
+            self.call("Browser.getVersion", timeout=60)
+        except CdpError as exc:
+            self.__exit__()
+            unavailable(COMPONENT, f"{self.binary} did not answer: {exc}")
         return self
 
     def __exit__(self, *exc: object) -> None:
