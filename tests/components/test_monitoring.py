@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 TOKEN = "x" * 32
 
 
-def settings(**extra: str):
+def settings(**extra: str) -> FleetSettings:
     return load_settings({"accelerator": "sim", "cards": "2", "monitoring": "true", **extra})
 
 

@@ -110,7 +110,8 @@ class Browser:
                 raise CdpError("chromium closed its DevTools pipe")
             self._buffer += chunk
         message, _, self._buffer = self._buffer.partition(b"\0")
-        return json.loads(message)
+        decoded: dict[str, Any] = json.loads(message)
+        return decoded
 
     def call(
         self, method: str, session: str | None = None, timeout: float = 30, **params: Any
@@ -126,7 +127,8 @@ class Browser:
             if answer.get("id") == self._next:
                 if "error" in answer:
                     raise CdpError(f"{method}: {answer['error']}")
-                return answer.get("result", {})
+                result: dict[str, Any] = answer.get("result", {})
+                return result
 
     def new_page(self) -> Page:
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
