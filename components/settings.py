@@ -269,8 +269,8 @@ class FleetSettings(_Model):
 
     monitoring: bool = Field(
         default=False,
-        description="Prometheus on the gateway's host, scraping every gateway, keeper and vLLM "
-        "with the fleet's alert rules (monitoring/)",
+        description="Prometheus on the gateway's host, scraping every gateway and vLLM and its "
+        "own host's keeper, with the fleet's alert rules (monitoring/)",
     )
     prometheus_port: Port = 9090
     exporter_port: Port = Field(

@@ -33,15 +33,33 @@ import psycopg
 
 PORT_RANGE = (27000, 27999)
 USER = "fleet"
+BIN_VARIABLE = "PADDLEOCR_FLEET_PG_BIN"
+"""A folder of PostgreSQL's server binaries to use instead of Debian's (one without ``pg_ctl``,
+e.g. ``/nonexistent``, makes PostgreSQL absent: how the tests' CI=true failure is shown)."""
 
 
 def pg_bin_dir() -> Path | None:
-    """Debian's server binaries (``/usr/lib/postgresql/<version>/bin``), newest first."""
+    """The folder of ``$PADDLEOCR_FLEET_PG_BIN`` when set (None when it holds no ``pg_ctl``),
+    else Debian's server binaries (``/usr/lib/postgresql/<version>/bin``), the newest."""
+    chosen = os.environ.get(BIN_VARIABLE)
+    if chosen:
+        return Path(chosen) if (Path(chosen) / "pg_ctl").is_file() else None
     found = sorted(
         glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
         key=lambda p: int(Path(p).parent.parent.name),
     )
     return Path(found[-1]).parent if found else None
+
+
+def pg_absent_reason() -> str:
+    """Why :func:`pg_bin_dir` found no binaries."""
+    chosen = os.environ.get(BIN_VARIABLE)
+    if chosen:
+        return f"no pg_ctl in {chosen} (${BIN_VARIABLE})"
+    return (
+        "its server binaries are absent (/usr/lib/postgresql/*/bin; Debian package postgresql,"
+        " which scripts/test.sh installs)"
+    )
 
 
 def _free_port_in_range() -> int:
@@ -80,11 +98,15 @@ class PostgresServer:
         server = cls(bindir, root, _free_port_in_range())
         if os.geteuid() == 0:
             shutil.chown(root, "postgres", "postgres")
-        server._run(
-            "initdb", "-D", str(server.data), "-U", USER, "--auth=trust", "-E", "UTF8",
-            "--no-sync",
-        )  # fmt: skip
-        server.start()
+        try:
+            server._run(
+                "initdb", "-D", str(server.data), "-U", USER, "--auth=trust", "-E", "UTF8",
+                "--no-sync",
+            )  # fmt: skip
+            server.start()
+        except BaseException:
+            server.destroy()  # no half-made cluster left in /tmp
+            raise
         return server
 
     def _run(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -50,10 +50,20 @@ SERVING_FILE = "/run/paddleocr-fleet/serving"
 
 
 def serving_probe(serving_file: str) -> tuple[str, ...]:
-    """`PYTHON_PROBE`, passing only once `serving_file` exists in the container: during a
-    handover the old process answers on the same port, so the port alone proves nothing about
-    the new one."""
-    check = f"import os, sys\nif not os.path.exists({serving_file!r}):\n    sys.exit(1)\n"
+    """`PYTHON_PROBE`, passing only once `serving_file` in the container says `"state":
+    "serving"`: during a handover the old process answers on the same port, so the port alone
+    proves nothing about the new one, and a new process still `"waiting"` for a port the old
+    one holds (and hands nothing over) does not serve yet."""
+    check = (
+        "import json, sys\n"
+        "try:\n"
+        f"    with open({serving_file!r}) as file:\n"
+        "        serving = json.load(file).get('state') == 'serving'\n"
+        "except Exception:\n"
+        "    serving = False\n"
+        "if not serving:\n"
+        "    sys.exit(1)\n"
+    )
     return ("python3", "-c", check + PROBE)
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from bench.rollout.report import BEGIN, END
-from tests.e2e.conftest import _unavailable, docker_available
+from tests.e2e.conftest import docker_available
 from tests.pulumi_sets import find_cli
+from tests.real_components import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 PORT = 21500  # the fleet takes the next 220 ports; the full benchmark runs on 21100
@@ -25,9 +26,10 @@ pytestmark = pytest.mark.docker
 
 
 def test_a_tiny_rollout_benchmark_runs_and_meets_its_targets(tmp_path: Path) -> None:
-    reason = docker_available() or ("" if find_cli() else "no Pulumi CLI ($PADDLEOCR_FLEET_PULUMI)")
-    if reason:
-        _unavailable(reason)
+    if reason := docker_available():
+        unavailable("Docker", reason)
+    if not find_cli():
+        unavailable("the Pulumi engine", "no Pulumi CLI ($PADDLEOCR_FLEET_PULUMI)")
     docs = tmp_path / "benchmarks.md"
     docs.write_text(f"# Benchmarks\n\n{BEGIN}\nold\n{END}\n\nafter\n")
     out, plot = tmp_path / "rollout.json", tmp_path / "capacity.png"

@@ -26,6 +26,7 @@ from components import plan as plan_module
 from components.plan import build_plan
 from components.settings import load_settings
 from tests.ports import free_port
+from tests.real_components import unavailable
 from tests.waiting import wait_for
 
 HAPROXY = shutil.which("haproxy") or next(
@@ -36,9 +37,7 @@ HAPROXY = shutil.which("haproxy") or next(
 @pytest.fixture(scope="module")
 def haproxy_bin() -> str:
     if HAPROXY is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("haproxy is not installed (scripts/test.sh installs it)")
-        pytest.skip("haproxy is not installed: apt-get install haproxy")
+        unavailable("HAProxy", "haproxy is not installed (apt-get install haproxy)")
     return HAPROXY
 
 

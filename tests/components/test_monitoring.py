@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
 from components.monitoring import (
@@ -12,12 +16,13 @@ from components.monitoring import (
     scrape_token,
 )
 from components.plan import build_plan
-from components.settings import ConfigError, load_settings
+from components.settings import ConfigError, FleetSettings, load_settings
 
+REPO = Path(__file__).resolve().parents[2]
 TOKEN = "x" * 32
 
 
-def settings(**extra: str):
+def settings(**extra: str) -> FleetSettings:
     return load_settings({"accelerator": "sim", "cards": "2", "monitoring": "true", **extra})
 
 
@@ -77,3 +82,26 @@ def test_the_exporter_reads_its_hosts_socket() -> None:
     assert host_socket(host) == "/run/other/docker.sock"
     argv = exporter_argv(plan.monitoring, "paddleocr-fleet/prod")
     assert argv[-4:] == ["--port", "9104", "--stack", "paddleocr-fleet/prod"]
+
+
+def test_only_the_keeper_of_prometheus_own_host_is_scraped_and_the_docs_say_so() -> None:
+    """A keeper listens on its host's loopback: with a gateway and a keeper per host,
+    Prometheus (on the first host) scrapes every gateway but only its own host's keeper, and
+    the docs must not promise every keeper."""
+    hosts = [
+        {"name": "npu-a", "endpoint": "unix:///var/run/docker.sock", "cards": 1},
+        {"name": "npu-b", "endpoint": "ssh://ops@10.0.0.2", "cards": 1},
+    ]
+    config = {"hosts": json.dumps(hosts), "gatewayLayout": "per-host", "monitoring": "true"}
+    plan = build_plan(load_settings(config))
+    assert plan.monitoring is not None and len(plan.gateways) == 2
+    assert all(gateway.keeper is not None for gateway in plan.gateways)
+    targets = scrape_targets(plan)
+    assert {t["labels"]["host"] for t in targets["gateway"]} == {"npu-a", "npu-b"}
+    assert targets["keeper"] == [
+        {"targets": ["127.0.0.1:9102"], "labels": {"role": "keeper", "host": "npu-a"}}
+    ]
+    for path in ("README.md", "docs/monitoring.md", "monitoring/prometheus.yml"):
+        text = " ".join((REPO / path).read_text().split())
+        assert not re.search(r"every gateway,? keeper", text), f"{path} promises every keeper"
+    assert "own host's keeper" in str(FleetSettings.model_fields["monitoring"].description)

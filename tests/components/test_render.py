@@ -500,6 +500,47 @@ def test_a_handed_over_service_is_ready_only_once_its_own_process_serves(
     assert waiting.returncode == 0 and "ready at" in out
 
 
+@pytest.mark.parametrize("service", ["gateway", "keeper"])
+def test_a_handed_over_service_is_not_ready_while_its_serving_file_says_waiting(
+    shell_env, tmp_path, monkeypatch, service
+):
+    """The new process writes ``"state": "waiting"`` while the old one holds the port and
+    hands nothing over: the old process answers there, the new one serves nothing yet, so the
+    readiness wait goes on until the file says ``"serving"``."""
+    env, _, _ = shell_env
+    serving = tmp_path / "run" / "serving"
+    monkeypatch.setattr(render_gateway, "SERVING_FILE", str(serving))
+    monkeypatch.setattr(render_keeper, "SERVING_FILE", str(serving))
+    _, plan = _settings_on(free_port())
+    assert plan.gateway.keeper is not None
+    target = plan.gateway if service == "gateway" else plan.gateway.keeper
+    server = _Server(target.port, b'{"status": "ok"}')  # the old process, answering
+    ready = (
+        render.gateway_ready_command(plan.gateway, "new-gateway")
+        if service == "gateway"
+        else render.keeper_ready_command(plan.gateway.keeper, "new-keeper")
+    )
+    serving.parent.mkdir()
+    try:
+        for content in ('{"state": "waiting", "pid": 7}', "{not json"):
+            serving.write_text(content)
+            waiting = subprocess.Popen(
+                ["/bin/sh", "-c", ready], env=env, stdout=subprocess.PIPE, text=True
+            )
+            time.sleep(1.5)  # the first probe runs at once: it would have passed by now
+            assert waiting.poll() is None, f"ready on a serving file saying {content}"
+            waiting.kill()
+            waiting.communicate(timeout=30)
+        waiting = subprocess.Popen(
+            ["/bin/sh", "-c", ready], env=env, stdout=subprocess.PIPE, text=True
+        )
+        serving.write_text('{"state": "serving", "pid": 7, "inherited": true}')
+        out, _ = waiting.communicate(timeout=30)
+    finally:
+        server.close()
+    assert waiting.returncode == 0 and "ready at" in out
+
+
 def test_jobs_store_url_is_a_secret_passed_to_every_gateway():
     url = "postgresql://fleet:s3cret-pass@10.1.2.3:5432/jobs"
     with pytest.raises(Exception, match="jobsStoreUrl': must be a secret"):

@@ -1,27 +1,22 @@
 """Docker engine fixtures for the end-to-end tests.
 
 A test that needs Docker skips, saying why, only where no engine can start; in CI (CI=true) a
-missing engine or image is a failure, not a skip.
+missing engine or image is a failure, not a skip (:func:`tests.real_components.unavailable`).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
+
+from tests.real_components import unavailable
 
 SIM_IMAGES = (
     "paddleocr-fleet/vllm-sim:latest",
     "paddleocr-fleet/paddlex-sim:latest",
     "paddleocr-fleet/gateway:latest",
 )
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI must provide it: .ci/run starts the engine and builds images)")
-    pytest.skip(reason)
 
 
 def docker_available(env: dict[str, str] | None = None) -> str | None:
@@ -52,4 +47,4 @@ def docker_available(env: dict[str, str] | None = None) -> str | None:
 def docker_engine() -> None:
     reason = docker_available()
     if reason:
-        _unavailable(reason)
+        unavailable("Docker", f"{reason} (.ci/run starts the engine and builds the images)")

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.e2e.conftest import _unavailable
 from tests.e2e.pulumi_stack import changed
 from tests.e2e.sim_stack import SimStack, sim_stack
 from tests.e2e.test_fleet_on_docker import png_bytes
 from tests.pulumi_sets import plugin_set
+from tests.real_components import unavailable
 
 pytestmark = pytest.mark.docker
 
@@ -27,8 +27,9 @@ PORTS = 27000
 @pytest.fixture(scope="module")
 def fleet(docker_engine) -> Iterator[SimStack]:
     if plugin_set("ours") is None:
-        _unavailable(
-            "no `ours` plugin set: scripts/test.sh installs it ($PADDLEOCR_FLEET_PULUMI_OURS)"
+        unavailable(
+            "the Pulumi engine on our plugins",
+            "no `ours` plugin set: scripts/test.sh installs it ($PADDLEOCR_FLEET_PULUMI_OURS)",
         )
     with sim_stack(
         "ours", PORTS, plugins="ours", allowOpenAccess="true", simVllmLoadSeconds="2"

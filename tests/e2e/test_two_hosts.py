@@ -24,7 +24,8 @@ import pytest
 
 from components.plan import FleetPlan, HostPlan, build_plan
 from components.settings import load_settings
-from tests.e2e.conftest import SIM_IMAGES, _unavailable
+from tests import real_components
+from tests.e2e.conftest import SIM_IMAGES
 from tests.e2e.netns_host import HostUnavailable, NetnsHost, netns_host, unavailable
 from tests.e2e.pulumi_stack import PulumiStack, Step
 from tests.e2e.test_fleet_on_docker import png_bytes, temp_model_dir, vllm_port_named_in
@@ -123,12 +124,12 @@ class TwoHosts:
 def host_b(docker_engine) -> Iterator[NetnsHost]:
     reason = unavailable()
     if reason:
-        _unavailable(f"no namespace host: {reason}")
+        real_components.unavailable("a network namespace host (Docker over ssh)", reason)
     try:
         with netns_host(images=SIM_IMAGES[:2]) as host:
             yield host
     except HostUnavailable as exc:
-        _unavailable(f"no namespace host: {exc}")
+        real_components.unavailable("a network namespace host (Docker over ssh)", str(exc))
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import pytest
 from fleetctl.cli import main
 from tests.fleetctl.conftest import one_card_topology
 from tests.ports import free_port
+from tests.real_components import unavailable
 
 IMAGE = "paddleocr-fleet/base:bookworm"  # the sim base image (python3 inside)
 
@@ -48,7 +49,7 @@ def _docker_ok() -> str | None:
 def container() -> Iterator[tuple[str, int]]:
     why = _docker_ok()
     if why:
-        pytest.skip(why)
+        unavailable("Docker", why)
     port = free_port()
     name = f"fleetctl-test-paddle-{port}-{uuid.uuid4().hex[:6]}"
     subprocess.run(

@@ -25,6 +25,7 @@ from gateway.server.connections import uvicorn_options
 from gateway.wire.uvicorn_adapter import FAST_PATH_ENV, serving_plan
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread
+from tests.real_components import start_postgres
 
 fast_path_only = pytest.mark.skipif(
     not serving_plan().fast,
@@ -110,12 +111,7 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., RunningGateway]]:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     """One real PostgreSQL for the session (a database per test: ``new_database``)."""
-    server = PostgresServer.create()
-    if server is None:
-        pytest.skip(
-            "PostgreSQL's server binaries are absent (/usr/lib/postgresql/*/bin; Debian package"
-            " postgresql, which scripts/test.sh installs)"
-        )
+    server = start_postgres()  # in CI, PostgreSQL not starting fails the test
     yield server
     server.destroy()
 

@@ -53,18 +53,6 @@ def test_pages_are_cut_when_leased_with_the_size_the_caller_picks(tmp_path: Path
     store.close()
 
 
-def test_slices_cut_at_lease_time_are_fair_among_tenants(tmp_path: Path) -> None:
-    store = _store_with(tmp_path, ("a1", "a", 40), ("a2", "a", 40), ("b1", "b", 40))
-    claims = store.claim_slices("p1", 30, 4, lambda pages, left, waiting, k: 8)
-    # the tenant with the fewest slices running first, then the oldest job
-    assert [(c.job.id, c.first) for c in claims] == [("a1", 0), ("b1", 0), ("a1", 8), ("b1", 8)]
-    # a slice given back is taken again as it is, before the job's uncut pages
-    store.retry_slice(claims[0], "p1", ["http://u1"], counted=True, split=False)
-    again = store.claim_slices("p2", 30, 1, lambda pages, left, waiting, k: 8)
-    assert [(c.job.id, c.first, c.count, c.failed) for c in again] == [("a1", 0, 8, ["http://u1"])]
-    store.close()
-
-
 def test_one_renewal_keeps_every_lease_and_drops_cancelled_ones(tmp_path: Path) -> None:
     store = _store_with(tmp_path, ("j1", "a", 4), ("j2", "a", 4), ("j3", "a", 1))
     claims = store.claim_slices("p1", 30, 2)

@@ -37,6 +37,7 @@ from tests.gateway.jobs_helpers import (
     write_pdf,
 )
 from tests.gateway.multiworker_helpers import GatewayProcess
+from tests.real_components import start_postgres
 
 
 @contextlib.asynccontextmanager
@@ -157,9 +158,7 @@ def test_two_gateways_share_jobs(
 @pytest.fixture
 def own_server() -> Iterator[PostgresServer]:
     """A PostgreSQL of this test's own: it is stopped and started again mid-test."""
-    server = PostgresServer.create()
-    if server is None:
-        pytest.skip("PostgreSQL's server binaries are absent (Debian package postgresql)")
+    server = start_postgres()
     yield server
     server.destroy()
 

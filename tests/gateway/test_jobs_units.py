@@ -161,25 +161,6 @@ def test_store_leases_fairness_and_retention(tmp_path: Path) -> None:
     again.close()
 
 
-def test_a_tenant_behind_another_tenants_backlog_is_leased_at_once(tmp_path: Path) -> None:
-    """Issue 24: the lease candidates were the 500 oldest jobs of all tenants, so a tenant
-    that submitted after another's backlog of thousands of jobs waited for most of it."""
-    store = JobStore(tmp_path)
-    for index in range(520):
-        store.create_job(_job(f"big-{index:04d}", "big", 1.0 + index), b"%PDF-big")
-    store.create_job(_job("late-0", "late", 1000.0), b"%PDF-late")
-    claims = store.claim_slices("p1", 30, count=2, size=lambda pages, left, waiting, k: 2)
-    assert [(c.job.id, c.first, c.count) for c in claims] == [("big-0000", 0, 2), ("late-0", 0, 2)]
-    # the next lease: the tenant with the fewest running first, each tenant's oldest pages
-    claims = store.claim_slices("p1", 30, count=3, size=lambda pages, left, waiting, k: 2)
-    assert [(c.job.id, c.first) for c in claims] == [
-        ("big-0000", 2),
-        ("late-0", 2),
-        ("big-0001", 0),
-    ]
-    store.close()
-
-
 def test_a_clients_change_is_fsynced_the_runners_marks_are_not(tmp_path: Path) -> None:
     """A submit or a cancel is on disk when answered (SQLite ``synchronous=FULL``); a lease
     or a slice mark commits without waiting for the disk (``NORMAL``: a power loss may take

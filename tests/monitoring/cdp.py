@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.monitoring.tools import require
+from tests.real_components import unavailable
+
+COMPONENT = "Chromium (headless)"
 
 
 class CdpError(RuntimeError):
@@ -34,7 +37,7 @@ class CdpError(RuntimeError):
 
 class Browser:
     def __init__(self, width: int = 1400, height: int = 1000) -> None:
-        self.binary = require("chromium", "chromium")
+        self.binary = require("chromium", "chromium", COMPONENT)
         self.size = (width, height)
         self._next = 0
         self._buffer = b""
@@ -66,6 +69,11 @@ class Browser:
         )
         os.close(to_child)
         os.close(from_child)
+        try:  # it answers on its DevTools pipe, or it did not start
+            self.call("Browser.getVersion", timeout=60)
+        except CdpError as exc:
+            self.__exit__()
+            unavailable(COMPONENT, f"{self.binary} did not answer: {exc}")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -102,7 +110,8 @@ class Browser:
                 raise CdpError("chromium closed its DevTools pipe")
             self._buffer += chunk
         message, _, self._buffer = self._buffer.partition(b"\0")
-        return json.loads(message)
+        decoded: dict[str, Any] = json.loads(message)
+        return decoded
 
     def call(
         self, method: str, session: str | None = None, timeout: float = 30, **params: Any
@@ -118,7 +127,8 @@ class Browser:
             if answer.get("id") == self._next:
                 if "error" in answer:
                     raise CdpError(f"{method}: {answer['error']}")
-                return answer.get("result", {})
+                result: dict[str, Any] = answer.get("result", {})
+                return result
 
     def new_page(self) -> Page:
         target = self.call("Target.createTarget", url="about:blank")["targetId"]

@@ -21,14 +21,14 @@ def run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_rules_are_valid_and_lint_clean() -> None:
-    promtool = require("promtool", "prometheus")
+    promtool = require("promtool", "prometheus", "Prometheus (promtool)")
     assert RULE_FILES
     result = run(promtool, "check", "rules", *map(str, RULE_FILES))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_every_rule_passes_its_unit_tests() -> None:
-    promtool = require("promtool", "prometheus")
+    promtool = require("promtool", "prometheus", "Prometheus (promtool)")
     result = run(promtool, "test", "rules", *map(str, TEST_FILES))
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 
-import pytest
+from tests.real_components import unavailable
 
 
-def require(tool: str, package: str) -> str:
-    """The path of ``tool``; in CI its absence fails the test, elsewhere it skips it."""
+def require(tool: str, package: str, component: str) -> str:
+    """The path of ``tool``; in CI its absence fails the test naming ``component``, elsewhere
+    it skips it."""
     path = shutil.which(tool)
     if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{tool} is not installed (scripts/test.sh installs {package})")
-        pytest.skip(f"{tool} is not installed: apt-get install {package}")
+        unavailable(
+            component, f"{tool} is not installed (apt-get install {package}; scripts/test.sh does)"
+        )
     return path

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from tests.pulumi_sets import CLI_VARIABLE, clean_path, find_cli
+from tests.real_components import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 EXEC_SCRIPT = "pulumi-language-python-exec"
@@ -155,10 +156,15 @@ def _cli_beside_wrappers(cli: Path, bin_dir: Path) -> Path:
 def pulumi_env(tmp_path_factory: pytest.TempPathFactory) -> PulumiEnv:
     cli = find_cli()
     if cli is None:
-        pytest.skip(f"no Pulumi CLI: ${CLI_VARIABLE} is unset and no `pulumi` is on PATH")
+        unavailable(
+            "the Pulumi engine", f"no Pulumi CLI: ${CLI_VARIABLE} is unset and no `pulumi` on PATH"
+        )
     exec_script = find_exec_script()
     if exec_script is None:
-        pytest.skip(f"no {EXEC_SCRIPT} beside pulumi_plugins/langhost.py or in Go's module cache")
+        unavailable(
+            "the Pulumi engine",
+            f"no {EXEC_SCRIPT} beside pulumi_plugins/langhost.py or in Go's module cache",
+        )
     root = tmp_path_factory.mktemp("pulumi")
     bin_dir = root / "bin"
     bin_dir.mkdir()

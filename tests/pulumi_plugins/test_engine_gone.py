@@ -23,6 +23,7 @@ import pulumi_plugins.docker as docker_plugin
 from pulumi_plugins import command, rpc
 from tests.pulumi_plugins.conftest import REPO, PulumiEnv
 from tests.pulumi_plugins.fake_engine import FakeEngine
+from tests.real_components import unavailable
 
 PLUGINS = {
     "docker": ["-m", "pulumi_plugins.docker"],
@@ -113,7 +114,7 @@ def test_kill_9_of_pulumi_leaves_no_plugin_behind(pulumi_env: PulumiEnv, tmp_pat
     """`pulumi up` with the language host, the docker and command providers and a running
     command; SIGKILL to the CLI; within seconds every process it had started is gone."""
     if not Path("/var/run/docker.sock").exists():
-        pytest.skip("no Docker engine at /var/run/docker.sock")
+        unavailable("Docker", "no Docker engine at /var/run/docker.sock")
     pulumi_env.install_plugin("docker", docker_plugin.VERSION)
     pulumi_env.install_plugin("command", command.PLUGIN_VERSION)
     pid_file = tmp_path / "sleep.pid"

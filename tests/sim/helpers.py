@@ -20,6 +20,7 @@ from PIL import Image, ImageDraw
 from components.render import PIPELINE_TEMPLATE
 from tests.ports import free_port as free_port
 from tests.ports import free_ports as free_ports
+from tests.real_components import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "PaddleOCR-VL-1.5-0.9B"
@@ -181,7 +182,5 @@ def paddlex_python_or_skip(message: str) -> str:
     """:func:`paddlex_python`, else skip with ``message`` (fail under CI, where it must run)."""
     python = paddlex_python()
     if python is None:
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("PaddleX", message)
     return python

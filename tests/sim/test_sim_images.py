@@ -13,6 +13,8 @@ import httpx
 import pytest
 import yaml
 
+from tests.real_components import unavailable
+
 from .helpers import MODEL, REPO, VLLM_FLAGS, free_ports, pdf_b64, pipeline_config, png_b64
 
 pytestmark = pytest.mark.docker
@@ -43,7 +45,7 @@ def engine() -> None:
             check=False,
         )
         if up.returncode != 0:
-            pytest.skip(f"no Docker engine could start: {(up.stderr or up.stdout)[-1500:]}")
+            unavailable("Docker", f"no engine could start: {(up.stderr or up.stdout)[-1500:]}")
     missing = [i for i in IMAGES if docker("image", "inspect", i, check=False).returncode]
     if missing:
         build = subprocess.run(
