@@ -185,6 +185,52 @@ class BalancerSettings(_Model):
         return kind
 
 
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+"""A share of requests, 0 (none) to 1 (all)."""
+
+
+class SimVllmFaults(_Model):
+    """A bad release on sim hosts (`simVllmFaults`, none unless set): each simulated vLLM
+    garbles, empties or fails (HTTP 500 with vLLM's JSON error body) these shares of its
+    completions, at most one of the three per completion, and independently adds `slowSeconds`
+    to `slowShare` of them. The choice is a stable draw from `seed` and the completion's number
+    in the container's arrival order (sim/vllm/faults.py). Rendered into the vLLM containers'
+    environment, so a change replaces them, as a new release would.
+
+    >>> SimVllmFaults.model_validate({"garble": 0.3, "fail": "0.05"}).fail
+    0.05
+    """
+
+    garble: Share = Field(default=0.0, description="text replaced by random letters and digits")
+    empty: Share = Field(default=0.0, description="an empty text")
+    fail: Share = Field(default=0.0, description="HTTP 500, vLLM's JSON error body")
+    slow_share: Share = 0.0
+    slow_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SimVllmFaults:
+        total = self.garble + self.empty + self.fail
+        if total > 1 + 1e-9:
+            raise ValueError(
+                f"garble + empty + fail = {total:g}, more than 1 (each completion gets at most "
+                "one of them)"
+            )
+        if self.slow_share > 0 and self.slow_seconds == 0:
+            raise ValueError("slowShare needs slowSeconds, the seconds added (> 0)")
+        if self.slow_seconds > 0 and self.slow_share == 0:
+            raise ValueError("slowSeconds needs slowShare, the share of completions slowed (> 0)")
+        return self
+
+    def env_value(self) -> str:
+        """The JSON text the sim vLLM reads from `VLLM_SIM_FAULTS`.
+
+        >>> SimVllmFaults(garble=0.25).env_value()
+        '{"garble":0.25,"empty":0.0,"fail":0.0,"slowShare":0.0,"slowSeconds":0.0,"seed":0}'
+        """
+        return json.dumps(self.model_dump(by_alias=True), separators=(",", ":"))
+
+
 class FleetSettings(_Model):
     """Everything `pulumi up` needs, validated. Field aliases are the config keys (camelCase)."""
 
@@ -234,6 +280,11 @@ class FleetSettings(_Model):
         default=None,
         ge=0,
         description="sim hosts only: how long each simulated PaddleX takes to start",
+    )
+    sim_vllm_faults: SimVllmFaults | None = Field(
+        default=None,
+        description="sim hosts only: a bad release, shares of the simulated vLLM's completions "
+        "garbled, empty, failed or slowed",
     )
 
     @field_validator("max_unavailable_cards")
@@ -589,7 +640,7 @@ def _check_cross_field(settings: FleetSettings) -> None:
                 f"config key 'recycle': the token name {RECYCLER_TOKEN_NAME!r} is the "
                 "recyclers' own admin token; rename the token of that name"
             )
-    for key in ("simVllmLoadSeconds", "simPaddlexLoadSeconds"):
+    for key in ("simVllmLoadSeconds", "simPaddlexLoadSeconds", "simVllmFaults"):
         if getattr(settings, to_snake(key)) is not None and not any(
             h.accelerator == "sim" for h in settings.hosts
         ):

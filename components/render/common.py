@@ -30,6 +30,8 @@ MODEL_DIR_IN_CONTAINER = "/data"
 
 SIM_LOAD_ENV = {"vllm": "VLLM_SIM_LOAD_SECONDS", "paddlex": "PADDLEX_SIM_LOAD_SECONDS"}
 """What the sim images read as their load time (sim/vllm/server.py, sim/paddlex/cli.py)."""
+SIM_FAULTS_ENV = "VLLM_SIM_FAULTS"
+"""What the sim vLLM image reads its injected faults from (sim/vllm/faults.py)."""
 
 
 PROBE = (

@@ -10,6 +10,7 @@ from components.plan import (
     VllmInstance,
 )
 from components.render.common import (
+    SIM_FAULTS_ENV,
     SIM_LOAD_ENV,
     CardLaunch,
     card_ready_command,
@@ -47,10 +48,14 @@ def vllm_argv(settings: FleetSettings, vllm: VllmInstance) -> list[str]:
 
 
 def vllm_env(settings: FleetSettings, vllm: VllmInstance) -> dict[str, str]:
+    """The container's environment: the kind's exports and card, and on sim hosts the
+    simulator's load time and injected faults (`simVllmLoadSeconds`, `simVllmFaults`)."""
     kind = vllm.host.kind
     env = dict(kind.vllm_env + kind.card_env(vllm.card))
     if kind.name == "sim" and settings.sim_vllm_load_seconds is not None:
         env[SIM_LOAD_ENV["vllm"]] = f"{settings.sim_vllm_load_seconds:g}"
+    if kind.name == "sim" and settings.sim_vllm_faults is not None:
+        env[SIM_FAULTS_ENV] = settings.sim_vllm_faults.env_value()
     return env
 
 

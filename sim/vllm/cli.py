@@ -1,5 +1,11 @@
 """Command line of the vLLM simulator: `vllm serve MODEL_PATH [flags]`, exit code 2 on
-arguments the real vLLM would refuse too (:mod:`sim.vllm.args`)."""
+arguments the real vLLM would refuse too (:mod:`sim.vllm.args`) and on an invalid
+`VLLM_SIM_FAULTS` (:mod:`sim.vllm.faults`).
+
+Usage::
+
+    VLLM_SIM_FAULTS='{"garble": 0.25}' python -m sim.vllm serve /models/m --port 8118
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from .args import ACCEPTED_FLAGS, UsageError, parse_serve
+from .faults import faults_from_env
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,9 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv[:1])
     try:
         args = parse_serve(argv[1:])
-    except UsageError as exc:
+        faults = faults_from_env()
+    except (UsageError, ValueError) as exc:
         print(f"vllm {ns.command}: error: {exc}", file=sys.stderr)
         return 2
     from .server import serve  # imported late: argument errors need no web stack
 
-    return serve(args)
+    return serve(args, faults)

@@ -13,6 +13,7 @@ Usage::
     async with metrics.request(prompt_tokens=100) as done:
         ...                      # the request runs
         done(completion_tokens=20)
+    metrics.fault("garble")      # the simulator's injected faults, by kind
     body, content_type = metrics.render()
 """
 
@@ -43,6 +44,8 @@ TTFT_BUCKETS = (
     0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 )  # fmt: skip
 LABELS = ("model_name", "engine")
+FAULT_KINDS = ("garble", "empty", "fail", "slow")
+"""What ``vllm_sim_injected_faults_total`` counts (sim/vllm/faults.py)."""
 
 
 def token_buckets(max_model_len: int) -> list[int]:
@@ -131,6 +134,16 @@ class VllmMetrics:
         self.generation_hist = histogram(
             "vllm:request_generation_tokens", "Number of generation tokens processed.", buckets
         )
+        self._faults = Counter(
+            "vllm_sim_injected_faults",
+            "Simulator only (not a vLLM series): completions given an injected fault "
+            "(VLLM_SIM_FAULTS), by kind: garble, empty, fail, slow.",
+            [*LABELS, "kind"],
+            registry=r,
+        )
+        self._fault_labels = values
+        for kind in FAULT_KINDS:
+            self._faults.labels(*values, kind)  # exported at 0 before the first one
         self._running = 0
         self._waiting = 0
         self._slots = asyncio.Semaphore(self.max_num_seqs)
@@ -177,6 +190,10 @@ class VllmMetrics:
             self._running -= 1
             self._slots.release()
             self._set_gauges()
+
+    def fault(self, kind: str) -> None:
+        """Count one injected fault of ``kind`` (one of :data:`FAULT_KINDS`)."""
+        self._faults.labels(*self._fault_labels, kind).inc()
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -4,9 +4,15 @@ Like vLLM, nothing listens while the "model" loads (`VLLM_SIM_LOAD_SECONDS`, def
 clients get connection refused, not 503. Then `/health`, `/v1/models` and
 `/v1/chat/completions` answer in vLLM's shapes. Each completion names the simulator's port
 (`sim-vllm:9031 ...`) and echoes the prompt and a digest of each image it was sent.
-`VLLM_SIM_LATENCY_SECONDS` (default 0) adds a delay to each completion. `/metrics` exports
-vLLM's own Prometheus series (:mod:`sim.vllm.metrics`); at most ``--max-num-seqs`` completions
-run at once, the others wait, as in vLLM's scheduler.
+`VLLM_SIM_LATENCY_SECONDS` (default 0) adds a delay to each completion. `VLLM_SIM_FAULTS`
+makes a bad release: shares of the completions garbled, empty, failed (HTTP 500) or slowed
+(:mod:`sim.vllm.faults`). `/metrics` exports vLLM's own Prometheus series
+(:mod:`sim.vllm.metrics`) and the injected faults; at most ``--max-num-seqs`` completions run
+at once, the others wait, as in vLLM's scheduler.
+
+Usage::
+
+    app = build_app(parse_serve(["/models/m", "--port", "8118"]), Faults(garble=0.25))
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from .args import ServeArgs
+from .faults import FAULTS_ENV, FaultInjector, Faults, faults_from_env, garble
 from .images import describe_image_url
 from .metrics import VllmMetrics
 
@@ -73,12 +80,14 @@ def answer_text(port: int, model: str, messages: list[dict[str, Any]]) -> str:
     return " ".join(parts)
 
 
-def build_app(args: ServeArgs) -> FastAPI:
-    """The FastAPI app of one loaded simulator instance."""
+def build_app(args: ServeArgs, faults: Faults | None = None) -> FastAPI:
+    """The FastAPI app of one loaded simulator instance, injecting ``faults`` (default: what
+    ``VLLM_SIM_FAULTS`` asks for; ``ValueError`` when that is invalid)."""
     app = FastAPI(title="vLLM simulator", docs_url=None, redoc_url=None)
     created = int(time.time())
     latency = _env_float("VLLM_SIM_LATENCY_SECONDS", 0.0)
     metrics = VllmMetrics(args.served_model_name, args.max_num_seqs, args.max_model_len)
+    injector = FaultInjector(faults_from_env() if faults is None else faults)
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
@@ -134,10 +143,25 @@ def build_app(args: ServeArgs) -> FastAPI:
         if body.get("stream"):
             return error_response(400, "BadRequestError", "stream=true is not simulated")
         prompt_tokens = sum(len(json.dumps(m)) // 4 for m in body["messages"])
+        fault = injector.next()
         async with metrics.request(prompt_tokens) as done:
-            if latency > 0:
-                await asyncio.sleep(latency)
+            if fault.delay > 0:
+                metrics.fault("slow")
+            if latency + fault.delay > 0:
+                await asyncio.sleep(latency + fault.delay)
+            if fault.kind is not None:
+                metrics.fault(fault.kind)
+            if fault.kind == "fail":
+                return error_response(
+                    500,
+                    "InternalServerError",
+                    f"simulated engine failure (completion {fault.number}, {FAULTS_ENV})",
+                )
             text = answer_text(args.port, model, body["messages"])
+            if fault.kind == "garble":
+                text = garble(text, injector.faults.seed, fault.number)
+            elif fault.kind == "empty":
+                text = ""
             completion_tokens = max(1, len(text) // 4)
             done(completion_tokens)
         return JSONResponse(
@@ -178,10 +202,12 @@ def build_app(args: ServeArgs) -> FastAPI:
     return app
 
 
-def serve(args: ServeArgs) -> int:
-    """Simulate the model load (port closed), then serve until SIGINT/SIGTERM."""
+def serve(args: ServeArgs, faults: Faults | None = None) -> int:
+    """Simulate the model load (port closed), then serve until SIGINT/SIGTERM, injecting
+    ``faults`` (default: ``VLLM_SIM_FAULTS``'s)."""
     import uvicorn
 
+    faults = faults_from_env() if faults is None else faults
     load_seconds = _env_float("VLLM_SIM_LOAD_SECONDS", 3.0)
     # As PID 1 of a container a process without a handler ignores SIGTERM: stop promptly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -197,5 +223,7 @@ def serve(args: ServeArgs) -> int:
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(build_app(args), host=args.host, port=args.port, log_level="info")
+    if faults.active:
+        print(f"INFO sim-vllm: injecting faults: {faults.describe()}", file=sys.stderr, flush=True)
+    uvicorn.run(build_app(args, faults), host=args.host, port=args.port, log_level="info")
     return 0

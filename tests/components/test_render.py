@@ -21,6 +21,7 @@ from components.plan import PaddlexInstance, build_plan, slot_ports, topology_po
 from components.render import gateway as render_gateway
 from components.render import keeper as render_keeper
 from components.settings import FleetSettings, load_settings
+from sim.vllm.faults import FAULTS_ENV, Faults, parse_faults
 from tests.ports import free_port, free_ports
 from tests.waiting import wait_for
 
@@ -561,3 +562,30 @@ def test_jobs_store_url_is_a_secret_passed_to_every_gateway():
 def _no_store():
     settings = load_settings({})
     return settings, [render.gateway_upstream(build_plan(settings).paddlex[0])]
+
+
+MIXED_HOSTS = (
+    '[{"name": "sim-a", "endpoint": "unix:///var/run/docker.sock", "cards": 1,'
+    ' "accelerator": "sim"},'
+    ' {"name": "npu-b", "endpoint": "ssh://ops@npu-b.example", "cards": 1}]'
+)
+
+
+def test_sim_vllm_faults_reach_the_sim_vllm_containers_only():
+    faults = '{"garble": 0.25, "fail": 0.05, "slowShare": 0.5, "slowSeconds": 1.5, "seed": 9}'
+    settings = load_settings({"hosts": MIXED_HOSTS, "simVllmFaults": faults})
+    plan = build_plan(settings)
+    sim_card, npu_card = plan.card("sim-a", 0), plan.card("npu-b", 0)
+    assert render.SIM_FAULTS_ENV == FAULTS_ENV  # what the sim image reads
+    for vllm in sim_card.vllm:
+        rendered = render.vllm_env(settings, vllm)[render.SIM_FAULTS_ENV]
+        assert parse_faults(rendered) == Faults(
+            garble=0.25, fail=0.05, slow_share=0.5, slow_seconds=1.5, seed=9
+        )
+    for vllm in npu_card.vllm:
+        assert render.SIM_FAULTS_ENV not in render.vllm_env(settings, vllm)
+        assert render.SIM_FAULTS_ENV not in " ".join(render.vllm_argv(settings, vllm))
+    for paddlex in (*sim_card.paddlex, *npu_card.paddlex):
+        assert render.SIM_FAULTS_ENV not in render.paddlex_env(settings, paddlex)
+    unset = load_settings({"hosts": MIXED_HOSTS})
+    assert render.SIM_FAULTS_ENV not in render.vllm_env(unset, build_plan(unset).vllm[0])

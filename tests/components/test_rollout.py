@@ -145,3 +145,19 @@ def test_sim_load_times_reach_the_sim_containers():
     assert "PADDLEX_SIM_LOAD_SECONDS=1.5" in envs["local-card-0-paddlex-0"]
     with pytest.raises(ConfigError, match="'simVllmLoadSeconds': applies only to hosts"):
         load_settings({"cards": "1", "simVllmLoadSeconds": "60"})
+
+
+def test_sim_vllm_faults_change_the_vllm_containers_env_and_leave_paddlex_alone():
+    def containers(config):
+        recording = record_stack({**SIM4, "cards": "1", **config})
+        return {r.name: r.inputs for r in recording.of_type(CONTAINER)}
+
+    before = containers({})
+    after = containers({"simVllmFaults": '{"garble": 0.3, "seed": 2}'})
+    expected = 'VLLM_SIM_FAULTS={"garble":0.3,"empty":0.0,"fail":0.0,"slowShare":0.0,'
+    expected += '"slowSeconds":0.0,"seed":2}'
+    for name in ("local-card-0-vllm-0", "local-card-0-vllm-1"):
+        assert expected in after[name]["envs"]
+        assert not any(e.startswith("VLLM_SIM_FAULTS=") for e in before[name]["envs"])
+    paddlex = sorted(n for n in after if "-paddlex-" in n)
+    assert paddlex and all(after[n]["envs"] == before[n]["envs"] for n in paddlex)

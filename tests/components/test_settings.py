@@ -170,3 +170,59 @@ def test_platform_and_build_args_per_host_with_top_level_defaults():
     assert x86.platform == "linux/amd64" and x86.build_args == {}
     with pytest.raises(ConfigError, match=r"config key 'platform'"):
         load_settings({"platform": "arm64"})
+
+
+FAULTS = '{"garble": 0.3, "empty": 0.1, "fail": 0.05, "slowShare": 0.5, "slowSeconds": 2}'
+
+
+def test_sim_vllm_faults_are_read_from_json_or_path_set_text():
+    faults = load_settings({"accelerator": "sim", "simVllmFaults": FAULTS}).sim_vllm_faults
+    assert faults is not None
+    assert (faults.garble, faults.empty, faults.fail) == (0.3, 0.1, 0.05)
+    assert (faults.slow_share, faults.slow_seconds, faults.seed) == (0.5, 2.0, 0)
+    # `pulumi config set --path simVllmFaults.garble 0.25` stores the number as text
+    text = load_settings({"accelerator": "sim", "simVllmFaults": '{"garble": "0.25", "seed": 3}'})
+    assert text.sim_vllm_faults is not None and text.sim_vllm_faults.garble == 0.25
+    assert load_settings({"accelerator": "sim"}).sim_vllm_faults is None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            '{"garble": 1.5}',
+            "config key 'simVllmFaults.garble': Input should be less than or equal to 1",
+        ),
+        (
+            '{"fail": -0.1}',
+            "config key 'simVllmFaults.fail': Input should be greater than or equal to 0",
+        ),
+        (
+            '{"garble": 0.6, "empty": 0.3, "fail": 0.2}',
+            "config key 'simVllmFaults': garble + empty + fail = 1.1, more than 1",
+        ),
+        (
+            '{"slowShare": 0.5, "slowSeconds": -1}',
+            "config key 'simVllmFaults.slowSeconds': Input should be greater than or equal to 0",
+        ),
+        (
+            '{"slowShare": 1, "slowSeconds": Infinity}',
+            "config key 'simVllmFaults.slowSeconds': Input should be a finite number",
+        ),
+        ('{"slowShare": 0.5}', "config key 'simVllmFaults': slowShare needs slowSeconds"),
+        ('{"slowSeconds": 2}', "config key 'simVllmFaults': slowSeconds needs slowShare"),
+        ('{"garbel": 0.3}', "config key 'simVllmFaults.garbel': Extra inputs are not permitted"),
+        ('{"seed": 1.5}', "config key 'simVllmFaults.seed'"),
+        ('{"garble": 0.3', "config key 'simVllmFaults': not valid JSON"),
+        ("0.3", "config key 'simVllmFaults': Input should be a valid dictionary"),
+    ],
+)
+def test_sim_vllm_faults_errors_name_the_key(value, message):
+    with pytest.raises(ConfigError) as error:
+        load_settings({"accelerator": "sim", "simVllmFaults": value})
+    assert message in str(error.value)
+
+
+def test_sim_vllm_faults_apply_only_to_sim_hosts():
+    with pytest.raises(ConfigError, match="'simVllmFaults': applies only to hosts of accelerator"):
+        load_settings({"cards": "1", "simVllmFaults": '{"garble": 0.3}'})

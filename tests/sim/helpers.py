@@ -49,7 +49,7 @@ def port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def wait_http_ok(url: str, timeout: float, proc: subprocess.Popen | None = None) -> float:
+def wait_http_ok(url: str, timeout: float, proc: subprocess.Popen[str] | None = None) -> float:
     """Poll `url` until it answers 200; return the seconds waited. Fails on timeout/exit."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
@@ -85,9 +85,9 @@ class Processes:
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[str]] = []
 
-    def start(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """Run `argv` from the repository root with the repo on PYTHONPATH."""
         full_env = {
             **os.environ,
@@ -107,9 +107,14 @@ class Processes:
         return proc
 
     def vllm(
-        self, port: int, load_seconds: float = 0.0, extra: list[str] | None = None
-    ) -> subprocess.Popen:
-        """Start the vLLM simulator with the fleet's launch flags on 127.0.0.1:port."""
+        self,
+        port: int,
+        load_seconds: float = 0.0,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.Popen[str]:
+        """Start the vLLM simulator with the fleet's launch flags on 127.0.0.1:port (`env`: more
+        environment, e.g. `{"VLLM_SIM_FAULTS": '{"garble": 0.25}'}`)."""
         argv = [
             sys.executable,
             "-m",
@@ -123,7 +128,7 @@ class Processes:
             str(port),
             *(extra or []),
         ]
-        return self.start(argv, {"VLLM_SIM_LOAD_SECONDS": str(load_seconds)})
+        return self.start(argv, {"VLLM_SIM_LOAD_SECONDS": str(load_seconds), **(env or {})})
 
     def stop_all(self) -> None:
         """Terminate every started process (kill if it does not stop in 10 s)."""
@@ -184,3 +189,23 @@ def paddlex_python_or_skip(message: str) -> str:
     if python is None:
         unavailable("PaddleX", message)
     return python
+
+
+def normalised_edit_distance(a: str, b: str) -> float:
+    """Levenshtein distance of `a` and `b` over the longer one's length (0: equal, 1: nothing
+    in common); two empty texts are at 0.
+
+    >>> normalised_edit_distance("kitten", "sitting")
+    0.42857142857142855
+    """
+    if not a and not b:
+        return 0.0
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, 1):
+        current = [i]
+        for j, char_b in enumerate(b, 1):
+            current.append(
+                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b))
+            )
+        previous = current
+    return previous[-1] / max(len(a), len(b))

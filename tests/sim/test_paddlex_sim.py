@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -12,11 +13,14 @@ import httpx
 import pytest
 import yaml
 
+from sim.vllm.faults import FAULTS_ENV, FaultInjector, Faults, garble
+
 from .helpers import (
     MODEL,
     REPO,
     Processes,
     free_port,
+    normalised_edit_distance,
     pdf_b64,
     pipeline_config,
     png_b64,
@@ -24,16 +28,24 @@ from .helpers import (
     wait_http_ok,
 )
 
+WriteYaml = Callable[..., Path]
+"""The `write_yaml` fixture: (config, name=...) -> the file written."""
 FLEET_SERVING = {"visualize": False, "extra": {"max_num_input_imgs": None}}
 
 
 class Stack:
     """One vLLM simulator and the PaddleX simulators started against it."""
 
-    def __init__(self, procs: Processes, px_python: str, write_yaml: Callable) -> None:
+    def __init__(
+        self,
+        procs: Processes,
+        px_python: str,
+        write_yaml: WriteYaml,
+        vllm_env: dict[str, str] | None = None,
+    ) -> None:
         self.procs, self.px_python, self.write_yaml = procs, px_python, write_yaml
         self.vllm_port = free_port()
-        proc = procs.vllm(self.vllm_port)
+        proc = procs.vllm(self.vllm_port, env=vllm_env)
         wait_http_ok(f"http://127.0.0.1:{self.vllm_port}/health", timeout=20, proc=proc)
 
     @property
@@ -42,7 +54,7 @@ class Stack:
 
     def start_paddlex(
         self, config_path: Path, *, load_seconds: float = 0.0, port: int | None = None
-    ) -> tuple[subprocess.Popen, str]:
+    ) -> tuple[subprocess.Popen[str], str]:
         """Run `paddlex --serve ...` as the fleet does; return the process and base URL."""
         port = port or free_port()
         proc = self.procs.start(
@@ -75,7 +87,7 @@ class Stack:
 
 
 @pytest.fixture
-def stack(procs: Processes, px_python: str, write_yaml: Callable) -> Stack:
+def stack(procs: Processes, px_python: str, write_yaml: WriteYaml) -> Stack:
     """A fresh vLLM simulator for one test."""
     return Stack(procs, px_python, write_yaml)
 
@@ -184,14 +196,14 @@ def test_unreachable_vllm_gives_500_at_inference(stack: Stack) -> None:
     assert httpx.get(f"{url}/health").status_code == 200  # /health does not check the VLM
 
 
-def test_wrong_model_name_gives_500(stack: Stack, write_yaml: Callable) -> None:
+def test_wrong_model_name_gives_500(stack: Stack, write_yaml: WriteYaml) -> None:
     config = pipeline_config(stack.server_url, serving=FLEET_SERVING, model_name="PaddleOCR-VL")
     proc, url = stack.start_paddlex(write_yaml(config))
     wait_http_ok(f"{url}/health", timeout=60, proc=proc)
     assert layout_parsing(url, png_b64(), 1).status_code == 500
 
 
-def test_port_opens_only_after_the_pipeline_is_built(stack: Stack, write_yaml: Callable) -> None:
+def test_port_opens_only_after_the_pipeline_is_built(stack: Stack, write_yaml: WriteYaml) -> None:
     port = free_port()
     config = pipeline_config(stack.server_url, serving=FLEET_SERVING)
     proc, url = stack.start_paddlex(write_yaml(config), load_seconds=3.0, port=port)
@@ -200,12 +212,12 @@ def test_port_opens_only_after_the_pipeline_is_built(stack: Stack, write_yaml: C
     assert wait_http_ok(f"{url}/health", timeout=60, proc=proc) > 0.5
 
 
-def test_bad_config_fails_to_create_the_pipeline(stack: Stack, write_yaml: Callable) -> None:
+def test_bad_config_fails_to_create_the_pipeline(stack: Stack, write_yaml: WriteYaml) -> None:
     config = pipeline_config(stack.server_url)
     del config["SubModules"]["VLRecognition"]["genai_config"]["server_url"]
     proc, _ = stack.start_paddlex(write_yaml(config))
     assert proc.wait(timeout=60) == 1
-    assert "Failed to create the pipeline" in proc.stdout.read()
+    assert proc.stdout is not None and "Failed to create the pipeline" in proc.stdout.read()
 
 
 def test_unknown_paddlex_option_is_refused(px_python: str) -> None:
@@ -220,7 +232,7 @@ def test_unknown_paddlex_option_is_refused(px_python: str) -> None:
     assert result.returncode == 2 and "unrecognized arguments: --devcie" in result.stderr
 
 
-def test_in_process_build_app(procs: Processes, write_yaml: Callable) -> None:
+def test_in_process_build_app(procs: Processes, write_yaml: WriteYaml) -> None:
     """`sim.paddlex.app.build_app` serves the genuine app in-process (for gateway tests)."""
     pytest.importorskip("paddlex", reason="PaddleX is not installed in this interpreter")
     from fastapi.testclient import TestClient
@@ -238,3 +250,36 @@ def test_in_process_build_app(procs: Processes, write_yaml: Callable) -> None:
     assert body["result"]["layoutParsingResults"][0]["markdown"]["text"].startswith(
         f"sim-vllm:{port} "
     )
+
+
+def test_a_faulty_vllm_garbles_empties_and_fails_paddlex_documents(
+    procs: Processes, px_python: str, write_yaml: WriteYaml
+) -> None:
+    """The genuine PaddleX app passes a bad release's answers on: a garbled answer is a garbled
+    markdown, an empty one an empty markdown, a failed one a 500 (one page: one completion)."""
+    faults = Faults(garble=0.4, empty=0.2, fail=0.2, seed=5)
+    env = {FAULTS_ENV: json.dumps({"garble": 0.4, "empty": 0.2, "fail": 0.2, "seed": 5})}
+    stack = Stack(procs, px_python, write_yaml, vllm_env=env)
+    url = stack.paddlex()
+    injector = FaultInjector(faults)
+    expected = [injector.next().kind for _ in range(10)]
+    assert expected[0] is None and {"garble", "empty", "fail"} <= set(expected), expected
+    image = png_b64(400, 300)
+    responses = [layout_parsing(url, image, 1) for _ in expected]
+    good = responses[0].json()["result"]["layoutParsingResults"][0]["markdown"]["text"]
+    assert good.startswith(f"sim-vllm:{stack.vllm_port} model={MODEL}")
+    for number, (kind, response) in enumerate(zip(expected, responses, strict=True)):
+        if kind == "fail":
+            assert response.status_code == 500, number
+            assert response.json()["errorMsg"] == "Internal server error"
+            continue
+        assert response.status_code == 200, (number, response.text)
+        (page,) = response.json()["result"]["layoutParsingResults"]
+        text = page["markdown"]["text"]
+        if kind is None:
+            assert text == good, number
+        elif kind == "empty":
+            assert text == "", (number, text)
+        else:
+            assert text == garble(good, faults.seed, number), (number, text)
+            assert normalised_edit_distance(text, good) > 0.5, (number, text)
