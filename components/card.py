@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_command as command
@@ -16,6 +16,20 @@ from components.vllm import VllmServer, VllmServerArgs
 
 
 @dataclass
+class GroupRollout:
+    """How one vLLM group of the card rolls (`components.rollout`)."""
+
+    drain: str = "true"
+    """Shell command that takes the group's PaddleX instances out of service at the gateways
+    and waits for their work in flight (`components.rollout.drain_command`)."""
+    undrain: str = "true"
+    """Shell command that takes them back in."""
+    after: pulumi.Input[list[pulumi.Resource]] | None = None
+    """The groups of the rollout's previous wave (their `in_service` steps): this group's
+    containers are replaced only after those are back in service."""
+
+
+@dataclass
 class NpuCardArgs:
     card: CardPlan
     vllm: dict[int, VllmLaunch]
@@ -24,58 +38,60 @@ class NpuCardArgs:
     """Each PaddleX's launch, by port."""
     vllm_image: pulumi.Input[str]
     paddlex_image: pulumi.Input[str]
-    drain: str = "true"
-    """Shell command that takes the card's PaddleX instances out of service at the gateways and
-    waits for their work in flight (`components.rollout.drain_command`)."""
-    undrain: str = "true"
-    """Shell command that takes them back in."""
-    after: pulumi.Input[list[pulumi.Resource]] | None = None
-    """The cards of the rollout's previous wave (their `in_service` steps): this card's
-    containers are replaced only after those are back in service."""
+    groups: dict[int, GroupRollout] = field(default_factory=dict)
+    """Each vLLM group's rollout, by its vLLM's port (none given: no drain, no wait)."""
 
 
 class NpuCard(pulumi.ComponentResource):
     """A card (an Ascend NPU by default; a GPU or a simulated card by the host's kind).
 
-    Its PaddleX servers start only after the vLLM their pipeline config names is ready. Its
-    `in_service` step drains the card at the gateways before any of its containers is deleted
-    (its `delete`; Pulumi deletes it first, as it depends on them all) and takes it back in once
-    every server is ready (its `create`).
+    Its PaddleX servers start only after the vLLM their pipeline config names is ready. Each
+    vLLM group (a vLLM and the PaddleX bound to it) has an `in_service` step that drains the
+    group at the gateways before any of its containers is deleted (its `delete`; Pulumi deletes
+    it first, as it depends on them all) and takes it back in once every server of the group is
+    ready (its `create`).
     """
 
     vllm: list[VllmServer]
     paddlex: list[PaddlexServer]
-    in_service: command.local.Command
+    in_service: list[command.local.Command]
+    """The groups' steps, in the order of the card's vLLM."""
 
     def __init__(self, name: str, args: NpuCardArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("paddleocr-fleet:fleet:NpuCard", name, {}, opts)
-        self.vllm, self.paddlex = [], []
+        self.vllm, self.paddlex, self.in_service = [], [], []
         for vllm in args.card.vllm:
+            rollout = args.groups.get(vllm.port, GroupRollout())
             server = VllmServer(
                 f"{name}-vllm-{vllm.index}",
-                VllmServerArgs(args.vllm[vllm.port], args.vllm_image, args.after),
+                VllmServerArgs(args.vllm[vllm.port], args.vllm_image, rollout.after),
                 _slot_opts(self, f"{name}-vllm-{vllm.port}"),
             )
             self.vllm.append(server)
+            group: list[VllmServer | PaddlexServer] = [server]
             for paddlex in args.card.bound_to(vllm):
-                self.paddlex.append(
+                group.append(
                     PaddlexServer(
                         f"{name}-paddlex-{paddlex.index}",
                         PaddlexServerArgs(
                             args.paddlex[paddlex.port],
                             args.paddlex_image,
                             server,
-                            args.after,
+                            rollout.after,
                         ),
                         _slot_opts(self, f"{name}-paddlex-{paddlex.port}"),
                     )
                 )
+            self.paddlex.extend(s for s in group if isinstance(s, PaddlexServer))
+            self.in_service.append(_in_service(self, f"{name}-vllm-{vllm.index}", group, rollout))
         servers: list[VllmServer | PaddlexServer] = [*self.vllm, *self.paddlex]
-        self.in_service = command.local.Command(
+        # Retired: the card's own step of the card-by-card rollout. Stacks deployed before
+        # keep it as a no-op (updated in place: its triggers are as before), so its old `delete`,
+        # a drain of the whole card, never runs.
+        command.local.Command(
             f"{name}-in-service",
-            create=args.undrain,
-            delete=args.drain,
-            # A changed drain or undrain alone runs `create` again in place: an idempotent undrain.
+            create="true",
+            delete="true",
             triggers=[s.container.id for s in servers],
             opts=pulumi.ResourceOptions(
                 parent=self,
@@ -89,6 +105,26 @@ class NpuCard(pulumi.ComponentResource):
                 "paddlex_urls": [s.url for s in self.paddlex],
             }
         )
+
+
+def _in_service(
+    parent: NpuCard,
+    name: str,
+    servers: list[VllmServer | PaddlexServer],
+    rollout: GroupRollout,
+) -> command.local.Command:
+    return command.local.Command(
+        f"{name}-in-service",
+        create=rollout.undrain,
+        delete=rollout.drain,
+        # A changed drain or undrain alone runs `create` again in place: an idempotent undrain.
+        triggers=[s.container.id for s in servers],
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            depends_on=[s.ready for s in servers],
+            delete_before_replace=True,
+        ),
+    )
 
 
 def _slot_opts(parent: NpuCard, port_name: str) -> pulumi.ResourceOptions:

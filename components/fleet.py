@@ -20,7 +20,7 @@ import pulumi_docker as docker
 from components import haproxy, recycler, rollout
 from components.access import check_access
 from components.balancer import Balancer, BalancerArgs
-from components.card import NpuCard, NpuCardArgs, card_launches
+from components.card import GroupRollout, NpuCard, NpuCardArgs, card_launches
 from components.gateway import Gateway, GatewayArgs
 from components.jobstore import JobStore, JobStoreArgs
 from components.monitoring import (
@@ -115,10 +115,9 @@ class Fleet(pulumi.ComponentResource):
         self.providers = {host.name: self._docker_provider(host) for host in plan.hosts}
         previous = previous_topology(self._child_opts())
         guard = port_guard(plan, previous)
+        limit = rollout.WaveLimit(settings.max_unavailable_groups, settings.max_unavailable_cards)
         waits = previous.apply(
-            lambda topology: rollout.card_waits(
-                plan, rollout.cards_in_topology(topology), settings.max_unavailable_cards
-            )
+            lambda topology: rollout.group_waits(plan, rollout.cards_in_topology(topology), limit)
         )
         self.images = {
             host.name: self._on_host(
@@ -138,18 +137,25 @@ class Fleet(pulumi.ComponentResource):
         }
         token_file = gateway_settings(settings).auth.local_token_file
         self.cards: list[NpuCard] = []
-        by_key: dict[rollout.CardKey, NpuCard] = {}
+        in_service: dict[rollout.GroupKey, Any] = {}
+
+        def after(
+            found: dict[rollout.GroupKey, list[rollout.GroupKey]], key: rollout.GroupKey
+        ) -> list[Any]:
+            return [in_service[k] for k in found[key]]
+
         for card in plan.cards:
             images = self.images[card.host.name]
-            key = (card.host.name, card.card)
-
-            def after(
-                found: dict[rollout.CardKey, list[rollout.CardKey]],
-                key: rollout.CardKey = key,
-            ) -> list[Any]:
-                return [by_key[k].in_service for k in found[key]]
-
-            by_key[key] = self._on_host(
+            groups = {}
+            for vllm in card.vllm:
+                drain, undrain = rollout.group_commands(
+                    plan, card, vllm, settings.drain_timeout, token_file
+                )
+                key = (card.host.name, card.card, vllm.index)
+                groups[vllm.port] = GroupRollout(
+                    drain, undrain, waits.apply(functools.partial(after, key=key))
+                )
+            npu = self._on_host(
                 NpuCard,
                 card.host,
                 f"-card-{card.card}",
@@ -158,12 +164,12 @@ class Fleet(pulumi.ComponentResource):
                     *card_launches(settings, card),
                     vllm_image=images.vllm.image_id,
                     paddlex_image=images.paddlex.image_id,
-                    drain=rollout.drain_command(plan, card, settings.drain_timeout, token_file),
-                    undrain=rollout.undrain_command(plan, card, token_file),
-                    after=waits.apply(after),
+                    groups=groups,
                 ),
             )
-            self.cards.append(by_key[key])
+            for vllm, step in zip(card.vllm, npu.in_service, strict=True):
+                in_service[(card.host.name, card.card, vllm.index)] = step
+            self.cards.append(npu)
         servers = [server for card in self.cards for server in card.paddlex]
         upstreams = {
             instance: server.url.apply(functools.partial(_upstream_entry, instance))

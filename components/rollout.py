@@ -1,24 +1,27 @@
-"""Rolling replacement: which cards wait for which, and the drain that guards each card.
+"""Rolling replacement: which vLLM groups wait for which, and the drain that guards each group.
 
-Pulumi replaces every changed container at once. To keep the fleet serving, each card that
-already ran before this update waits for the cards of the wave before it on its host (a
-`depends_on` on their `in service` step), so at most `maxUnavailableCards` cards of a host are
-out at a time. Cards new to the stack wait for nothing: a new stack and a growth start in
-parallel. Whether a card ran before is read from the stack's own last `topology` output.
+The rolling unit is a **vLLM group**: one vLLM and the PaddleX instances bound to it (a card
+holds two). Pulumi replaces every changed container at once. To keep the fleet serving, each
+group of a card that already ran before this update waits for the groups of the wave before it
+on its host (a `depends_on` on their `in service` step), so at most `maxUnavailableGroups` groups
+of a host are out at a time (default 2, never more than half of the host's groups: a host with
+one card keeps one of its two groups serving). A stack that sets `maxUnavailableCards` rolls
+whole cards as before. Groups of cards new to the stack wait for nothing: a new stack and a
+growth start in parallel. Whether a card ran before is read from the stack's own last
+`topology` output.
 
-Each card has an `in service` command: its `delete` drains the card's PaddleX instances at the
-gateways (no new work, in-flight work finishes, bounded by `drainTimeout`) before anything of the
-card is deleted; its `create` takes them back in once every server of the card is ready. Its
-triggers are the card's container ids, so Pulumi replaces it, delete first, with any container of
-the card.
+Each group has an `in service` command: its `delete` drains the group's PaddleX instances at
+the gateways (no new work, in-flight work finishes, bounded by `drainTimeout`) before anything of
+the group is deleted; its `create` takes them back in once every server of the group is ready.
+Its triggers are the group's container ids, so Pulumi replaces it, delete first, with any
+container of the group.
 
     >>> from components.settings import load_settings
     >>> from components.plan import build_plan
-    >>> plan = build_plan(load_settings({"cards": "4", "accelerator": "sim"}))
-    >>> ran = {("local", 0), ("local", 1), ("local", 2)}
-    >>> waits = card_waits(plan, ran, 1)
-    >>> waits[("local", 1)], waits[("local", 2)], waits[("local", 3)]
-    ([('local', 0)], [('local', 1)], [])
+    >>> plan = build_plan(load_settings({"cards": "2", "accelerator": "sim"}))
+    >>> waits = group_waits(plan, {("local", 0), ("local", 1)}, WaveLimit())
+    >>> waits[("local", 0, 1)], waits[("local", 1, 0)], waits[("local", 1, 1)]
+    ([('local', 0, 0)], [('local', 0, 1)], [('local', 1, 0)])
 """
 
 from __future__ import annotations
@@ -27,65 +30,107 @@ import itertools
 import json
 import math
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from components.containers import HOST_LABEL, PORT_LABEL, ROLE_LABEL, STACK_LABEL, stack_label
-from components.plan import CardPlan, FleetPlan, GatewayPlan
+from components.plan import CardPlan, FleetPlan, GatewayPlan, PaddlexInstance, VllmInstance
 
 CardKey = tuple[str, int]
 """(host name, card id)."""
+GroupKey = tuple[str, int, int]
+"""(host name, card id, the vLLM's index on the card): a vLLM and the PaddleX bound to it."""
+
+DEFAULT_GROUPS = 2
+"""Groups of a host out at once by default, and never more than half of them."""
 
 DRAIN_TTL_FACTOR = 2
 """A drain ends by itself after this many drain timeouts: a rollout killed between the drain and
-the undrain never leaves a card out of service for good."""
+the undrain never leaves a group out of service for good."""
 
 
-def wave_width(max_unavailable: float, cards_on_host: int) -> int:
-    """How many cards of a host may be out at once: a count (>= 1), or a fraction of the
-    host's cards rounded down, at least 1."""
+def wave_width(max_unavailable: float, units_on_host: int) -> int:
+    """How many units (groups or cards) of a host may be out at once: a count (>= 1), or a
+    fraction of the host's units rounded down, at least 1."""
     if max_unavailable >= 1:
         return int(max_unavailable)
-    return max(1, math.floor(max_unavailable * cards_on_host))
+    return max(1, math.floor(max_unavailable * units_on_host))
+
+
+@dataclass(frozen=True)
+class WaveLimit:
+    """How much of a host a replacing update takes out at once: `groups`
+    (`maxUnavailableGroups`; None: the default) or, where a stack sets it, whole `cards`
+    (`maxUnavailableCards`)."""
+
+    groups: float | None = None
+    cards: float | None = None
+
+    def describe(self) -> str:
+        if self.cards is not None:
+            return f"maxUnavailableCards {self.cards:g}: whole cards"
+        if self.groups is not None:
+            return f"maxUnavailableGroups {self.groups:g}"
+        return f"maxUnavailableGroups default: {DEFAULT_GROUPS}, at most half of a host's groups"
+
+    def waves(
+        self, on_host: Sequence[CardPlan], running: Sequence[CardPlan]
+    ) -> list[list[GroupKey]]:
+        """The waves of the `running` cards' groups, of a host with the cards `on_host`."""
+        if self.cards is not None:
+            width = wave_width(self.cards, len(on_host))
+            chunks = [running[i : i + width] for i in range(0, len(running), width)]
+            return [[g for card in chunk for g in group_keys(card)] for chunk in chunks]
+        total = sum(len(card.vllm) for card in on_host)
+        if self.groups is None:
+            width = max(1, min(DEFAULT_GROUPS, total // 2))
+        else:
+            width = wave_width(self.groups, total)
+        groups = [g for card in running for g in group_keys(card)]
+        return [groups[i : i + width] for i in range(0, len(groups), width)]
+
+
+def group_keys(card: CardPlan) -> list[GroupKey]:
+    return [(card.host.name, card.card, vllm.index) for vllm in card.vllm]
 
 
 def host_waves(
-    plan: FleetPlan, ran_before: Iterable[CardKey], max_unavailable: float
-) -> dict[str, list[list[CardKey]]]:
-    """Per host, the waves of the cards that ran before: in plan order, `wave_width` cards a
-    wave. Cards new to the stack are in no wave."""
+    plan: FleetPlan, ran_before: Iterable[CardKey], limit: WaveLimit
+) -> dict[str, list[list[GroupKey]]]:
+    """Per host, the waves of the groups of the cards that ran before, in plan order. Groups
+    of cards new to the stack are in no wave."""
     ran = set(ran_before)
     found = {}
     for host in plan.hosts:
         on_host = plan.cards_of(host.name)
-        cards = [_key(c) for c in on_host if _key(c) in ran]
-        width = wave_width(max_unavailable, len(on_host))
-        found[host.name] = [cards[i : i + width] for i in range(0, len(cards), width)]
+        found[host.name] = limit.waves(on_host, [c for c in on_host if _key(c) in ran])
     return found
 
 
-def card_waits(
-    plan: FleetPlan, ran_before: Iterable[CardKey], max_unavailable: float
-) -> dict[CardKey, list[CardKey]]:
-    """For each card, the cards whose `in service` step it waits for before it is touched:
-    a card of wave n waits for every card of wave n - 1; cards new to the stack wait for
-    nothing."""
-    waits: dict[CardKey, list[CardKey]] = {_key(card): [] for card in plan.cards}
-    for each_host in host_waves(plan, ran_before, max_unavailable).values():
+def group_waits(
+    plan: FleetPlan, ran_before: Iterable[CardKey], limit: WaveLimit
+) -> dict[GroupKey, list[GroupKey]]:
+    """For each group, the groups whose `in service` step it waits for before it is touched:
+    a group of wave n waits for every group of wave n - 1; groups of cards new to the stack
+    wait for nothing."""
+    waits: dict[GroupKey, list[GroupKey]] = {g: [] for c in plan.cards for g in group_keys(c)}
+    for each_host in host_waves(plan, ran_before, limit).values():
         for before, wave in itertools.pairwise(each_host):
             for key in wave:
                 waits[key] = before
     return waits
 
 
-def waves(plan: FleetPlan, ran_before: Iterable[CardKey], max_unavailable: float) -> list[str]:
+def waves(plan: FleetPlan, ran_before: Iterable[CardKey], limit: WaveLimit) -> list[str]:
     """The rollout order in words, one line per host and wave (for `python -m components.plan`
-    and the docs): which cards a replacing update takes out together."""
+    and the docs): which groups a replacing update takes out together."""
     ran = set(ran_before)
     lines = []
-    for host, each_host in host_waves(plan, ran, max_unavailable).items():
+    for host, each_host in host_waves(plan, ran, limit).items():
         for number, wave in enumerate(each_host, 1):
-            lines.append(f"host {host} wave {number}: cards {[card for _, card in wave]}")
+            named = ", ".join(f"card {card} vLLM {vllm}" for _, card, vllm in wave)
+            lines.append(f"host {host} wave {number}: {named}")
         new = [c.card for c in plan.cards_of(host) if _key(c) not in ran]
         if new:
             lines.append(f"host {host} new cards, in parallel: {new}")
@@ -180,12 +225,16 @@ def gateway_call(
 
 
 def drain_command(
-    plan: FleetPlan, card: CardPlan, drain_timeout_s: int, token_file: str | None
+    plan: FleetPlan,
+    card: CardPlan,
+    paddlex: Sequence[PaddlexInstance],
+    drain_timeout_s: int,
+    token_file: str | None,
 ) -> str:
-    """Takes the card's PaddleX instances out of service at every gateway that uses them and
-    waits (up to `drain_timeout_s`) for their in-flight work to finish."""
+    """Takes the `paddlex` instances (of `card`) out of service at every gateway that uses them
+    and waits (up to `drain_timeout_s`) for their in-flight work to finish."""
     body = {
-        "upstreams": [p.url for p in card.paddlex],
+        "upstreams": [p.url for p in paddlex],
         "wait_s": drain_timeout_s,
         "ttl_s": drain_timeout_s * DRAIN_TTL_FACTOR,
     }
@@ -193,11 +242,29 @@ def drain_command(
     return " && ".join(calls)
 
 
-def undrain_command(plan: FleetPlan, card: CardPlan, token_file: str | None) -> str:
-    """Takes the card's PaddleX instances back into service at every gateway that uses them."""
-    body = {"upstreams": [p.url for p in card.paddlex]}
+def undrain_command(
+    plan: FleetPlan, card: CardPlan, paddlex: Sequence[PaddlexInstance], token_file: str | None
+) -> str:
+    """Takes the `paddlex` instances (of `card`) back into service at every gateway that uses
+    them."""
+    body = {"upstreams": [p.url for p in paddlex]}
     calls = (gateway_call(g, "undrain", body, token_file) for g in gateways_of(plan, card))
     return " && ".join(calls)
+
+
+def group_commands(
+    plan: FleetPlan,
+    card: CardPlan,
+    vllm: VllmInstance,
+    drain_timeout_s: int,
+    token_file: str | None,
+) -> tuple[str, str]:
+    """The drain and the undrain of the group of `vllm` on `card`."""
+    bound = card.bound_to(vllm)
+    return (
+        drain_command(plan, card, bound, drain_timeout_s, token_file),
+        undrain_command(plan, card, bound, token_file),
+    )
 
 
 def _key(card: CardPlan) -> CardKey:

@@ -258,11 +258,18 @@ class FleetSettings(_Model):
     paddlex_ready_timeout: int = Field(default=600, gt=0, description="seconds")
     ready_poll_interval: int = Field(default=2, gt=0, description="seconds")
 
-    max_unavailable_cards: float = Field(
-        default=1,
+    max_unavailable_groups: float | None = Field(
+        default=None,
         gt=0,
-        description="how many cards of a host a replacing update takes out of service at once: "
-        "a count, or a fraction of the host's cards (0.25: a quarter, at least one)",
+        description="how many vLLM groups (a vLLM and the PaddleX bound to it) of a host a "
+        "replacing update takes out of service at once: a count, or a fraction of the host's "
+        "groups (0.25: a quarter, at least one); default 2, at most half the host's groups",
+    )
+    max_unavailable_cards: float | None = Field(
+        default=None,
+        gt=0,
+        description="instead of maxUnavailableGroups: waves of whole cards, a count or a "
+        "fraction of the host's cards",
     )
     drain_timeout: int = Field(
         default=900,
@@ -287,11 +294,11 @@ class FleetSettings(_Model):
         "garbled, empty, failed or slowed",
     )
 
-    @field_validator("max_unavailable_cards")
+    @field_validator("max_unavailable_groups", "max_unavailable_cards")
     @classmethod
-    def _count_or_fraction(cls, value: float) -> float:
-        if value >= 1 and value != int(value):
-            raise ValueError("must be a whole number of cards (>= 1) or a fraction below 1")
+    def _count_or_fraction(cls, value: float | None) -> float | None:
+        if value is not None and value >= 1 and value != int(value):
+            raise ValueError("must be a whole number (>= 1) or a fraction below 1")
         return value
 
     gateway_port: Port = 9101
@@ -640,6 +647,11 @@ def _check_cross_field(settings: FleetSettings) -> None:
                 f"config key 'recycle': the token name {RECYCLER_TOKEN_NAME!r} is the "
                 "recyclers' own admin token; rename the token of that name"
             )
+    if settings.max_unavailable_groups is not None and settings.max_unavailable_cards is not None:
+        raise ConfigError(
+            "config key 'maxUnavailableGroups': set it or maxUnavailableCards, not both (waves "
+            "of vLLM groups, or of whole cards)"
+        )
     for key in ("simVllmLoadSeconds", "simPaddlexLoadSeconds", "simVllmFaults"):
         if getattr(settings, to_snake(key)) is not None and not any(
             h.accelerator == "sim" for h in settings.hosts

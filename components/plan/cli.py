@@ -15,7 +15,7 @@ from pathlib import Path
 
 from components.plan import FleetPlan, build_plan
 from components.render.topology import topology
-from components.rollout import waves
+from components.rollout import WaveLimit, waves
 from components.settings import ConfigError, FleetSettings, load_settings
 from components.stack_file import stack_config
 
@@ -96,12 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(render_matrix(plan))
         running = {(c.host.name, c.card) for c in plan.cards}
+        limit = WaveLimit(settings.max_unavailable_groups, settings.max_unavailable_cards)
         print(
-            f"\na change that replaces the running cards' containers rolls in waves "
-            f"(maxUnavailableCards {settings.max_unavailable_cards:g}, each card drained first "
-            f"for up to {settings.drain_timeout} s):"
+            "\na change that replaces the running cards' containers rolls in waves of vLLM "
+            f"groups (a vLLM and its PaddleX; {limit.describe()}; each group drained first for "
+            f"up to {settings.drain_timeout} s):"
         )
-        print(
-            "\n".join(f"  {line}" for line in waves(plan, running, settings.max_unavailable_cards))
-        )
+        print("\n".join(f"  {line}" for line in waves(plan, running, limit)))
     return 0

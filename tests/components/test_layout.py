@@ -281,14 +281,16 @@ def test_single_to_per_host_keeps_every_resource_and_reloads_the_first_gateway_i
     grown = growth(record_stack(SINGLE), record_stack(PER_HOST))
     # The gateway and its keeper keep their containers (their uploads are ignored): their new
     # configs (host b's instances left out) are installed. Host b's cards now drain at host b's
-    # own gateway: their in-service steps are updated in place (an undrain), not replaced.
+    # own gateway: their groups' in-service steps are updated in place (an undrain), not replaced.
     assert grown.changed == [
         "npu-a-gateway",
         "npu-a-gateway-config",
         "npu-a-gateway-keeper",
         "npu-a-gateway-keeper-config",
-        "npu-b-card-0-in-service",
-        "npu-b-card-1-in-service",
+        "npu-b-card-0-vllm-0-in-service",
+        "npu-b-card-0-vllm-1-in-service",
+        "npu-b-card-1-vllm-0-in-service",
+        "npu-b-card-1-vllm-1-in-service",
     ]
     added = {r.name for r in grown.added if r.custom}
     assert added == {

@@ -27,30 +27,80 @@ def test_wave_width_is_a_count_or_a_fraction_of_the_hosts_cards(value, cards, wi
     assert rollout.wave_width(value, cards) == width
 
 
+@pytest.mark.parametrize("key", ["maxUnavailableCards", "maxUnavailableGroups"])
 @pytest.mark.parametrize("value", ["0", "-1", "1.5", "two"])
-def test_max_unavailable_cards_is_validated(value):
-    with pytest.raises(ConfigError, match="config key 'maxUnavailableCards'"):
-        load_settings({**SIM4, "maxUnavailableCards": value})
+def test_max_unavailable_is_validated(key, value):
+    with pytest.raises(ConfigError, match=f"config key '{key}'"):
+        load_settings({**SIM4, key: value})
 
 
-def test_cards_that_ran_before_wait_for_the_wave_before_and_new_cards_for_nothing():
+def test_groups_and_cards_are_not_both_limits():
+    with pytest.raises(ConfigError, match="config key 'maxUnavailableGroups': set it or"):
+        load_settings({**SIM4, "maxUnavailableCards": "1", "maxUnavailableGroups": "2"})
+
+
+def _groups(*cards):
+    return [("local", card, vllm) for card in cards for vllm in (0, 1)]
+
+
+def test_by_default_groups_roll_two_at_a_time_and_new_cards_wait_for_nothing():
     _, plan = _plan(SIM4)
     ran = {("local", 0), ("local", 1), ("local", 2)}
-    assert rollout.card_waits(plan, ran, 1) == {
-        ("local", 0): [],
-        ("local", 1): [("local", 0)],
-        ("local", 2): [("local", 1)],
-        ("local", 3): [],
+    waits = rollout.group_waits(plan, ran, rollout.WaveLimit())
+    assert [waits[g] for g in _groups(0)] == [[], []]
+    assert [waits[g] for g in _groups(1)] == [_groups(0), _groups(0)]
+    assert [waits[g] for g in _groups(2)] == [_groups(1), _groups(1)]
+    assert [waits[g] for g in _groups(3)] == [[], []]  # a new card
+    assert rollout.group_waits(plan, set(), rollout.WaveLimit()) == {
+        g: [] for g in _groups(0, 1, 2, 3)
     }
-    two = rollout.card_waits(plan, ran | {("local", 3)}, 2)
-    assert two[("local", 2)] == two[("local", 3)] == [("local", 0), ("local", 1)]
-    assert rollout.card_waits(plan, set(), 1) == {(c.host.name, c.card): [] for c in plan.cards}
-    assert rollout.waves(plan, ran, 1) == [
-        "host local wave 1: cards [0]",
-        "host local wave 2: cards [1]",
-        "host local wave 3: cards [2]",
+    assert rollout.waves(plan, ran, rollout.WaveLimit()) == [
+        "host local wave 1: card 0 vLLM 0, card 0 vLLM 1",
+        "host local wave 2: card 1 vLLM 0, card 1 vLLM 1",
+        "host local wave 3: card 2 vLLM 0, card 2 vLLM 1",
         "host local new cards, in parallel: [3]",
     ]
+
+
+def test_a_host_with_one_card_keeps_one_of_its_two_groups_serving():
+    _, plan = _plan({**SIM4, "cards": "1"})
+    waits = rollout.group_waits(plan, {("local", 0)}, rollout.WaveLimit())
+    assert waits == {("local", 0, 0): [], ("local", 0, 1): [("local", 0, 0)]}
+    # even where the limit asks for more: no wave takes more than it says, at least one group
+    wide = rollout.group_waits(plan, {("local", 0)}, rollout.WaveLimit(groups=0.5))
+    assert wide == waits
+
+
+@pytest.mark.parametrize(
+    ("limit", "widths"),
+    [
+        (rollout.WaveLimit(groups=1), [1] * 8),
+        (rollout.WaveLimit(groups=3), [3, 3, 2]),
+        (rollout.WaveLimit(groups=0.25), [2, 2, 2, 2]),
+        (rollout.WaveLimit(cards=1), [2, 2, 2, 2]),
+        (rollout.WaveLimit(cards=0.5), [4, 4]),
+    ],
+)
+def test_the_limit_is_groups_or_whole_cards(limit, widths):
+    _, plan = _plan(SIM4)
+    ran = {("local", c) for c in range(4)}
+    waves = rollout.host_waves(plan, ran, limit)["local"]
+    assert [len(w) for w in waves] == widths
+    assert [g for w in waves for g in w] == _groups(0, 1, 2, 3)  # plan order
+    if limit.cards is not None:  # whole cards: both groups of a card in one wave
+        assert all(len({card for _, card, _ in w}) * 2 == len(w) for w in waves)
+
+
+def test_settings_choose_the_limit_and_the_plan_shows_the_waves(capsys):
+    settings = load_settings({**SIM4, "maxUnavailableCards": "2"})
+    assert (settings.max_unavailable_groups, settings.max_unavailable_cards) == (None, 2)
+    assert load_settings(SIM4).max_unavailable_groups is None
+    from components.plan.cli import main as plan_main
+
+    assert plan_main(["--set", "cards=1", "--set", "accelerator=sim"]) == 0
+    shown = capsys.readouterr().out
+    assert "host local wave 1: card 0 vLLM 0\n" in shown
+    assert "host local wave 2: card 0 vLLM 1\n" in shown
 
 
 def test_waves_are_per_host():
@@ -62,9 +112,10 @@ def test_waves_are_per_host():
     )
     _, plan = _plan({"hosts": hosts, "accelerator": "sim", "allowOpenAccess": "true"})
     everything = {(h, c) for h in "ab" for c in (0, 1)}
-    waits = rollout.card_waits(plan, everything, 1)
-    assert waits[("a", 1)] == [("a", 0)] and waits[("b", 1)] == [("b", 0)]
-    assert waits[("a", 0)] == waits[("b", 0)] == []
+    waits = rollout.group_waits(plan, everything, rollout.WaveLimit(cards=1))
+    assert waits[("a", 1, 0)] == [("a", 0, 0), ("a", 0, 1)]
+    assert waits[("b", 1, 1)] == [("b", 0, 0), ("b", 0, 1)]
+    assert waits[("a", 0, 0)] == waits[("b", 0, 1)] == []
 
 
 def test_the_previous_topology_names_the_cards_that_ran():
@@ -74,12 +125,14 @@ def test_the_previous_topology_names_the_cards_that_ran():
     assert rollout.cards_in_topology(None) == set()
 
 
-def test_drain_asks_every_gateway_of_the_card_with_the_timeout_and_a_ttl():
+def test_drain_asks_every_gateway_of_the_group_with_the_timeout_and_a_ttl():
     settings, plan = _plan({**SIM4, "drainTimeout": "120"})
     card = plan.card("local", 1)
     token_file = render.gateway_settings(settings).auth.local_token_file
     assert token_file == render.LOCAL_TOKEN_FILE == "/var/lib/paddleocr-fleet/jobs/admin.token"
-    command = rollout.drain_command(plan, card, settings.drain_timeout, token_file)
+    command, undrain = rollout.group_commands(
+        plan, card, card.vllm[1], settings.drain_timeout, token_file
+    )
     listing = shlex.split(command.split("found=$(", 1)[1].split(")", 1)[0])
     assert listing[:3] == ["docker", "ps", "-q"]
     # every running gateway container of the stack on that host and port (during a handover,
@@ -94,20 +147,23 @@ def test_drain_asks_every_gateway_of_the_card_with_the_timeout_and_a_ttl():
     assert words[:3] == ["docker", "exec", "$id"]
     action, port, body, token = words[-4:]
     assert (action, port, token) == ("drain", "9101", token_file)
-    assert json.loads(body) == {
-        "upstreams": [p.url for p in card.paddlex],
-        "wait_s": 120,
-        "ttl_s": 240,
-    }
+    group = [p.url for p in card.bound_to(card.vllm[1])]
+    assert len(group) == 3 and set(group) < {p.url for p in card.paddlex}
+    assert json.loads(body) == {"upstreams": group, "wait_s": 120, "ttl_s": 240}
     assert "DOCKER_HOST=unix:///var/run/docker.sock" in command
-    assert "undrain" in rollout.undrain_command(plan, card, token_file)
+    words = shlex.split(undrain.split("do ", 1)[1].rsplit("; done", 1)[0])
+    assert words[-4] == "undrain" and json.loads(words[-2]) == {"upstreams": group}
 
 
-def test_the_stack_chains_the_cards_that_ran_and_drains_each_before_deleting_it():
+def test_the_stack_chains_the_groups_that_ran_and_drains_each_before_deleting_it():
     settings, plan = _plan(SIM4)
     previous = render.topology(settings, build_plan(load_settings({**SIM4, "cards": "3"})))
     recording = record_stack(SIM4, previous_outputs={"topology": previous})
-    in_service = {c: recording.named(f"local-card-{c}-in-service") for c in range(4)}
+    in_service = {
+        (c, v): recording.named(f"local-card-{c}-vllm-{v}-in-service")
+        for c in range(4)
+        for v in range(2)
+    }
     for card in range(4):
         containers = [
             r
@@ -116,24 +172,38 @@ def test_the_stack_chains_the_cards_that_ran_and_drains_each_before_deleting_it(
         ]
         assert len(containers) == 8
         for container in containers:
-            waits = {c for c, step in in_service.items() if step.urn in container.dependencies}
-            assert waits == ({card - 1} if card in (1, 2) else set()), container.name
-    step = in_service[2]
+            waits = {g for g, step in in_service.items() if step.urn in container.dependencies}
+            expected = {(card - 1, 0), (card - 1, 1)} if card in (1, 2) else set()
+            assert waits == expected, container.name
+    step = in_service[(2, 1)]
     assert step.delete_before_replace
     token_file = render.gateway_settings(settings).auth.local_token_file
     card = plan.card("local", 2)
-    assert step.inputs["delete"] == rollout.drain_command(
-        plan, card, settings.drain_timeout, token_file
+    drain, undrain = rollout.group_commands(
+        plan, card, card.vllm[1], settings.drain_timeout, token_file
     )
-    assert step.inputs["create"] == rollout.undrain_command(plan, card, token_file)
-    assert sorted(step.inputs["triggers"]) == sorted(
+    assert (step.inputs["delete"], step.inputs["create"]) == (drain, undrain)
+    group = [card.vllm[1].container_name, *(p.container_name for p in card.bound_to(card.vllm[1]))]
+    names = {r.inputs["name"]: r.name for r in recording.of_type(CONTAINER)}
+    assert sorted(step.inputs["triggers"]) == sorted(f"{names[n]}-id" for n in group)
+
+
+def test_the_card_by_card_step_is_retired_as_a_no_op_with_its_triggers_as_before():
+    recording = record_stack(SIM4)
+    retired = recording.named("local-card-2-in-service")
+    assert (retired.inputs["create"], retired.inputs["delete"]) == ("true", "true")
+    assert sorted(retired.inputs["triggers"]) == sorted(
         f"{r.name}-id" for r in recording.of_type(CONTAINER) if r.name.startswith("local-card-2-")
     )
 
 
-def test_a_new_stack_starts_every_card_at_once():
+def test_a_new_stack_starts_every_group_at_once():
     recording = record_stack(SIM4)
-    steps = {recording.named(f"local-card-{c}-in-service").urn for c in range(4)}
+    steps = {
+        recording.named(f"local-card-{c}-vllm-{v}-in-service").urn
+        for c in range(4)
+        for v in range(2)
+    }
     assert not any(steps & set(r.dependencies) for r in recording.of_type(CONTAINER))
 
 

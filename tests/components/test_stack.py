@@ -50,8 +50,9 @@ def test_resource_counts(cards, vllm, paddlex):
     assert len(_containers(recording, "gateway")) == 1
     assert len(_containers(recording, "keeper")) == 1
     # vLLM: readiness; PaddleX: start + readiness; gateway: image cleanup, config, readiness;
-    # its keeper: config, readiness; each card: its in-service step (drain, undrain).
-    assert len(recording.of_type(COMMAND)) == vllm + 2 * paddlex + 5 + cards
+    # its keeper: config, readiness; each vLLM group: its in-service step (drain, undrain);
+    # each card: the retired in-service step of the card-by-card rollout (a no-op).
+    assert len(recording.of_type(COMMAND)) == vllm + 2 * paddlex + 5 + vllm + cards
     assert len(recording.of_type(IMAGE)) == 1
     assert len(recording.of_type(REMOTE_IMAGE)) == 2  # the vLLM and the PaddleX image
     assert len(recording.of_type(PROVIDER)) == 1
@@ -287,9 +288,9 @@ def test_growing_six_to_eight_cards_changes_no_existing_vllm_or_paddlex_resource
         "local-gateway-keeper",
         "local-gateway-keeper-config",
     ]
-    # Per card: the card, 2 vLLM and 6 PaddleX components, their 8 containers, 2 + 12 commands
-    # and its in-service step.
-    assert len(grown.added) == 2 * (1 + 2 + 6 + 8 + 2 + 12 + 1)
+    # Per card: the card, 2 vLLM and 6 PaddleX components, their 8 containers, 2 + 12 commands,
+    # its 2 groups' in-service steps and its retired one.
+    assert len(grown.added) == 2 * (1 + 2 + 6 + 8 + 2 + 12 + 2 + 1)
 
 
 @pytest.mark.parametrize(
@@ -420,7 +421,9 @@ def test_two_hosts_of_different_kinds_each_on_its_own_provider():
     assert gpu_vllm.inputs["image"] == "sha256:gpu-b-vllm-image"
     for command in recording.of_type(COMMAND):
         if command.name.endswith("-in-service"):
-            # A card's drain talks to the gateway, on the gateway's host (npu-a).
+            # A group's drain talks to the gateway, on the gateway's host (npu-a).
+            if command.inputs["create"] == "true":
+                continue  # the retired step of the card-by-card rollout
             for script in (command.inputs["create"], command.inputs["delete"]):
                 assert f"export DOCKER_HOST={TWO_HOSTS_ENDPOINTS['npu-a']};" in script
             continue
