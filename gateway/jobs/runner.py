@@ -52,7 +52,6 @@ from gateway.jobs.backend import JobBackend, StoreUnavailable
 from gateway.jobs.fairness import SliceSize
 from gateway.jobs.protocol import job_data
 from gateway.jobs.store import Job, SliceClaim
-from gateway.keeper.client import find_slice, slice_key
 from gateway.upstream.fanout import (
     Work,
     free_capacity,
@@ -61,6 +60,7 @@ from gateway.upstream.fanout import (
     slice_work,
     spread_size,
 )
+from gateway.upstream.keeper_client import find_slice, slice_key
 from gateway.upstream.paddlex_api import layout_body, restructure_body, restructured
 from gateway.wire.upstream_http import UpstreamClient
 

@@ -47,12 +47,10 @@ from prometheus_client import (
 
 from gateway.config.settings import ConfigError, parse_settings
 from gateway.keeper.store import Answer, KeeperStore
+from gateway.wire.keeper_protocol import KEY_HEADER, MISDIRECTED, UPSTREAM_HEADER
 from gateway.wire.upstream_http import UpstreamClient
 
-KEY_HEADER = "idempotency-key"
-UPSTREAM_HEADER = "x-keeper-upstream"
 MAX_KEY_CHARS = 200
-MISDIRECTED = 421  # not an instance of this keeper's: the gateway sends the slice directly
 
 
 class Upstreams:

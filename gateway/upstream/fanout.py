@@ -37,8 +37,8 @@ from gateway.dispatch.pool import UpstreamPool
 from gateway.dispatch.upstreams import Upstream
 from gateway.errors import GatewayError, UpstreamFailure
 from gateway.inputs.document import Document, DocumentInspector
-from gateway.keeper.client import post_slice
 from gateway.upstream.attempts import Attempt
+from gateway.upstream.keeper_client import post_slice
 from gateway.upstream.paddlex_api import (
     TRUNCATION_HINT,
     layout_body,

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import httpx
 
 from gateway.dispatch.upstreams import Upstream
-from gateway.keeper.server import KEY_HEADER, MISDIRECTED, UPSTREAM_HEADER
+from gateway.wire.keeper_protocol import KEY_HEADER, MISDIRECTED, UPSTREAM_HEADER
 from gateway.wire.upstream_http import Reply, UpstreamClient
 
 log = logging.getLogger("gateway.keeper")
