@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from gateway.config.store_url import check_postgres_url
+from gateway.errors import ConfigError
 
 log = logging.getLogger("gateway.settings")
 
@@ -39,10 +40,6 @@ POLICY_NAMES: tuple[str, ...] = ("round_robin", "random", "least_inflight", "p2c
 DEFAULT_MODE = "queue"
 
 PolicyName = Literal["round_robin", "random", "least_inflight", "p2c", "queue"]
-
-
-class ConfigError(ValueError):
-    """The configuration is unreadable or invalid; the message names the key."""
 
 
 class _Section(BaseModel):

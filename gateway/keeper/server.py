@@ -45,7 +45,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from gateway.config.settings import ConfigError, parse_settings
+from gateway.config.settings import parse_settings
+from gateway.errors import ConfigError
 from gateway.keeper.store import Answer, KeeperStore
 from gateway.wire.keeper_protocol import KEY_HEADER, MISDIRECTED, UPSTREAM_HEADER
 from gateway.wire.upstream_http import UpstreamClient
