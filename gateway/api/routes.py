@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.wire import paddlex_routes
+
 
 @dataclass(frozen=True)
 class Route:
@@ -45,8 +47,8 @@ class Route:
 # documents (gateway.api.ocr, gateway.api.native)
 OCR = Route("/ocr", hot=True)
 OCR_FILE = Route("/ocr-file", hot=True)
-LAYOUT_PARSING = Route("/layout-parsing", hot=True, paddlex_envelope=True)
-RESTRUCTURE_PAGES = Route("/restructure-pages", hot=True, paddlex_envelope=True)
+LAYOUT_PARSING = Route(paddlex_routes.LAYOUT_PARSING, hot=True, paddlex_envelope=True)
+RESTRUCTURE_PAGES = Route(paddlex_routes.RESTRUCTURE_PAGES, hot=True, paddlex_envelope=True)
 # operations (gateway.api.admin, gateway.api.drain)
 HEALTH = Route("/health")
 READY = Route("/ready")

@@ -62,6 +62,7 @@ from gateway.upstream.fanout import (
 )
 from gateway.upstream.keeper_client import find_slice, slice_key
 from gateway.upstream.paddlex_api import layout_body, restructure_body, restructured
+from gateway.wire import paddlex_routes
 from gateway.wire.upstream_http import UpstreamClient
 
 if TYPE_CHECKING:
@@ -515,7 +516,7 @@ class JobRunner:
 
         async def work(client: UpstreamClient, upstream: Upstream, timeout: float) -> Any:
             response = await client.post(
-                upstream.url + "/restructure-pages", json=body, timeout=timeout
+                upstream.url + paddlex_routes.RESTRUCTURE_PAGES, json=body, timeout=timeout
             )
             merged = restructured(response)
             if len(merged) != len(pages):

@@ -48,6 +48,7 @@ from prometheus_client import (
 from gateway.config.settings import parse_settings
 from gateway.errors import ConfigError
 from gateway.keeper.store import Answer, KeeperStore
+from gateway.wire import paddlex_routes
 from gateway.wire.keeper_protocol import KEY_HEADER, MISDIRECTED, UPSTREAM_HEADER
 from gateway.wire.upstream_http import UpstreamClient
 
@@ -138,7 +139,7 @@ class KeeperApp:
         headers = {"content-type": content_type} if content_type else None
         try:
             reply = await self.client.post(
-                upstream + "/layout-parsing", content=body, headers=headers
+                upstream + paddlex_routes.LAYOUT_PARSING, content=body, headers=headers
             )
         except httpx.TimeoutException as exc:
             return _error_answer(504, f"{upstream}: {exc}")
@@ -155,7 +156,7 @@ class KeeperApp:
             return
         method, path = scope["method"], scope["path"]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if path == "/layout-parsing":
+        if path == paddlex_routes.LAYOUT_PARSING:
             if method != "POST":
                 await _json(send, 405, {"error": "use POST"})
                 return
