@@ -55,6 +55,7 @@ from bench.report import Table
 from bench.workload import FleetSpec
 from bench.wrk import run_wrk, write_script
 from doubles.paddlex import healthy, restructure_result, success
+from gateway.wire import paddlex_routes
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,9 @@ def canned_answers() -> dict[str, dict]:
     layout = layout_answer("bench document 0 served by the canned fleet", 1, 1, "bench")
     pages = [{**p, "markdownImages": {}} for p in layout["result"]["layoutParsingResults"]]
     return {
-        "/layout-parsing": layout,
-        "/restructure-pages": success(restructure_result(pages, True), "bench"),
-        "/health": healthy("bench"),
+        paddlex_routes.LAYOUT_PARSING: layout,
+        paddlex_routes.RESTRUCTURE_PAGES: success(restructure_result(pages, True), "bench"),
+        paddlex_routes.HEALTH: healthy("bench"),
     }
 
 

@@ -47,8 +47,13 @@ from typing import Any
 from bench.minihttp import DropConnection, HttpRequest, HttpResponse, MiniServer
 from bench.workload import FleetSpec, InstanceSpec, parse_work
 from doubles import paddlex as protocol
+from gateway.wire import paddlex_routes
 
-ROUTES = {"/health": "GET", "/layout-parsing": "POST", "/restructure-pages": "POST"}
+ROUTES = {
+    paddlex_routes.HEALTH: "GET",
+    paddlex_routes.LAYOUT_PARSING: "POST",
+    paddlex_routes.RESTRUCTURE_PAGES: "POST",
+}
 """The method of each path an instance serves."""
 
 
@@ -191,9 +196,9 @@ class Instance:
             return _err(404, "Not Found")
         if req.method != method:
             return _err(405, "Method Not Allowed")
-        if req.path == "/health":
+        if req.path == paddlex_routes.HEALTH:
             return HttpResponse.json(200, protocol.healthy())
-        if req.path == "/layout-parsing":
+        if req.path == paddlex_routes.LAYOUT_PARSING:
             return await self._layout_parsing(req)
         return self._restructure(req)
 

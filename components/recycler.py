@@ -36,6 +36,7 @@ from components.images import build_image
 from components.plan import CONFIG_DIR_IN_CONTAINER, FleetPlan, GatewayPlan, HostPlan
 from components.render import gateway as render
 from components.settings import RECYCLER_TOKEN_NAME, FleetSettings
+from gateway.wire import paddlex_routes
 
 CONFIG_PATH = f"{CONFIG_DIR_IN_CONTAINER}/recycler.json"
 TOKEN_PATH = f"{CONFIG_DIR_IN_CONTAINER}/recycler.token"
@@ -104,7 +105,7 @@ def render_config(
         "instances": [
             {
                 "url": p.url,
-                "health_url": f"{p.local_url}/health",
+                "health_url": p.local_url + paddlex_routes.HEALTH,
                 "container": p.container_name,
                 "card": p.card,
             }

@@ -710,8 +710,8 @@ def _check_jobs_store(settings: FleetSettings, names: list[str]) -> None:
 def _check_gateway_section(section: dict[str, Any]) -> None:
     """The `gateway` key holds the gateway's own config.json settings: validate them with the
     gateway's model, so a bad mode fails at `pulumi preview`, not in the container."""
-    from gateway.config.settings import ConfigError as GatewayConfigError
     from gateway.config.settings import parse_settings
+    from gateway.errors import ConfigError as GatewayConfigError
 
     if "upstreams" in section:
         raise ConfigError(

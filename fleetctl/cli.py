@@ -42,7 +42,8 @@ from fleetctl.docker import Docker, DockerError
 from fleetctl.jobclient import JobPolicy
 from fleetctl.ports import BOUND, FREE, LISTENING, TAKEN, check_port
 from fleetctl.topology import Fleet, TopologyError, load_fleet
-from gateway.config.settings import ConfigError, load_settings
+from gateway.config.settings import load_settings
+from gateway.errors import ConfigError
 
 OK, BAD, USAGE, INTERRUPTED = 0, 1, 2, 130
 GATEWAY_ENV = "FLEETCTL_GATEWAY"

@@ -22,6 +22,7 @@ import httpx
 from fleetctl import probes
 from fleetctl.docker import ContainerState, Docker, DockerError
 from fleetctl.topology import Fleet, Instance
+from gateway.wire import paddlex_routes
 
 Say = Callable[[str], None]
 
@@ -197,7 +198,8 @@ async def verify(
             if inst.kind == "vllm":
                 check, p = "GET /v1/models", await probes.vllm_models(http, inst)
             elif inst.kind == "paddlex":
-                check, p = "POST /layout-parsing", await probes.paddlex_parse(http, inst, timeout)
+                check = f"POST {paddlex_routes.LAYOUT_PARSING}"
+                p = await probes.paddlex_parse(http, inst, timeout)
             else:
                 check, p = "POST /ocr", await probes.gateway_ocr(http, inst.url, timeout, token)
         return {

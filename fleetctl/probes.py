@@ -25,6 +25,7 @@ import httpx
 from fleetctl.auth import REFUSED, bearer, redact, refusal
 from fleetctl.png import encode_png
 from fleetctl.topology import Instance
+from gateway.wire import paddlex_routes
 
 P = ParamSpec("P")
 
@@ -144,18 +145,24 @@ async def vllm_models(http: httpx.AsyncClient, inst: Instance, timeout: float = 
 async def paddlex_parse(http: httpx.AsyncClient, inst: Instance, timeout: float = 300.0) -> Probe:
     """``POST /layout-parsing`` of the built-in PNG through this one PaddleX instance."""
     body = {"file": TINY_PNG_B64, "fileType": 1, "visualize": False}
-    r, dt = await _timed(http.post(f"{inst.url}/layout-parsing", json=body, timeout=timeout))
+    r, dt = await _timed(
+        http.post(inst.url + paddlex_routes.LAYOUT_PARSING, json=body, timeout=timeout)
+    )
     if r.status_code != 200:
-        return Probe(False, f"/layout-parsing HTTP {r.status_code}: {_body_message(r)}", dt)
+        return Probe(
+            False, f"{paddlex_routes.LAYOUT_PARSING} HTTP {r.status_code}: {_body_message(r)}", dt
+        )
     try:
         j = r.json()
         pages = j["result"]["layoutParsingResults"]
         text = "".join((p.get("markdown") or {}).get("text", "") for p in pages)
     except (ValueError, KeyError, TypeError, AttributeError):
-        return Probe(False, "/layout-parsing: unexpected body", dt)
+        return Probe(False, f"{paddlex_routes.LAYOUT_PARSING}: unexpected body", dt)
     if j.get("errorCode", 0) != 0 or not pages:
         return Probe(
-            False, f"/layout-parsing errorCode {j.get('errorCode')}, {len(pages)} pages", dt
+            False,
+            f"{paddlex_routes.LAYOUT_PARSING} errorCode {j.get('errorCode')}, {len(pages)} pages",
+            dt,
         )
     return Probe(True, f"{len(pages)} page, {len(text)} chars", dt, text)
 

@@ -19,7 +19,7 @@ from typing import Any
 _EXPORTS = {
     "create_app": "gateway.server.app",
     "POLICY_NAMES": "gateway.config.settings",
-    "ConfigError": "gateway.config.settings",
+    "ConfigError": "gateway.errors",
     "Settings": "gateway.config.settings",
     "load_settings": "gateway.config.settings",
     "parse_settings": "gateway.config.settings",

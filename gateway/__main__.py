@@ -18,7 +18,8 @@ import argparse
 import os
 import sys
 
-from gateway.config.settings import ConfigError, load_settings
+from gateway.config.settings import load_settings
+from gateway.errors import ConfigError
 from gateway.observability.logs import configure_logging
 from gateway.server.app import create_app
 from gateway.server.connections import uvicorn_options

@@ -14,9 +14,12 @@ envelopes of the PaddleX-native and the official API routes) is :mod:`gateway.ap
 - :class:`PoolError`: no upstream can be leased; :class:`NoUpstreamAvailable` (nothing left to
   try), :class:`QueueFull` and :class:`QueueTimeout` (the central queue refused or gave up;
   :mod:`gateway.dispatch`). The proxy turns them into 502 and 503 answers.
+- :class:`ConfigError`: a config file that cannot be read or is invalid, the gateway's
+  (:mod:`gateway.config.settings`, which the slice keeper and ``fleetctl`` read too) or the
+  recycler's (:mod:`gateway.recycler.config`); the programs say it and exit.
 
-Errors that never leave their module (a document worker killed, a URL the guard refuses, a
-config key that does not parse) stay beside the code that raises and catches them.
+Errors that never leave their module (a document worker killed, a URL the guard refuses)
+stay beside the code that raises and catches them.
 
 Usage::
 
@@ -111,3 +114,7 @@ class QueueTimeout(PoolError):
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class ConfigError(ValueError):
+    """The configuration is unreadable or invalid; the message names the key (or the file)."""

@@ -21,6 +21,7 @@ from components.render.common import (
     card_ready_command,
 )
 from components.settings import FleetSettings
+from gateway.wire import paddlex_routes
 
 PIPELINE_TEMPLATE = CONFIG_TEMPLATES / "pipeline_config_vllm.yaml"
 
@@ -189,7 +190,7 @@ def paddlex_ready_command(settings: FleetSettings, paddlex: PaddlexInstance) -> 
     return card_ready_command(
         settings,
         paddlex,
-        "/health",
+        paddlex_routes.HEALTH,
         timeout_s=settings.paddlex_ready_timeout,
         log_hint=f"docker exec {paddlex.container_name} tail -n 100 {paddlex.log_path}"
         f" (on the host: {settings.model_dir}/{paddlex.log_path.removeprefix('/data/')})",

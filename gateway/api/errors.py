@@ -32,7 +32,7 @@ from gateway.observability.context import request_context
 
 log = logging.getLogger("gateway.errors")
 
-OFFICIAL_API_PREFIX = "/api/v2/"  # the job routes (gateway.jobs): {code, msg, data} envelope
+OFFICIAL_API_PREFIX = "/api/v2/"  # the job routes (gateway.api.jobs): {code, msg, data} envelope
 
 
 def _jsonable(value: Any) -> Any:

@@ -41,7 +41,7 @@ from gateway.inputs.document import plain_base64_image
 from gateway.inputs.sources import decode_base64, fetch_url
 from gateway.observability.context import request_context
 from gateway.runtime import Runtime
-from gateway.wire import jsonfast
+from gateway.wire import jsonfast, paddlex_routes
 
 router = APIRouter(tags=["PaddleX-native"])
 
@@ -117,7 +117,7 @@ async def _passthrough(
     settings = runtime.settings
     try:
         body = await read_body(request, settings.input.max_request_bytes)
-        if path == "/layout-parsing":
+        if path == paddlex_routes.LAYOUT_PARSING:
             body = await checked_layout_body(runtime, settings, body)
         else:
             body = restructure_body(body)
@@ -151,7 +151,7 @@ async def _passthrough(
 async def layout_parsing(request: Request) -> Response:
     runtime = runtime_of(request)
     async with admitted(request) as principal:
-        return await _passthrough(request, runtime, principal, "/layout-parsing")
+        return await _passthrough(request, runtime, principal, paddlex_routes.LAYOUT_PARSING)
 
 
 @router.post(
@@ -164,4 +164,4 @@ async def layout_parsing(request: Request) -> Response:
 async def restructure_pages(request: Request) -> Response:
     runtime = runtime_of(request)
     async with admitted(request) as principal:
-        return await _passthrough(request, runtime, principal, "/restructure-pages")
+        return await _passthrough(request, runtime, principal, paddlex_routes.RESTRUCTURE_PAGES)

@@ -15,7 +15,7 @@ connection, past FastAPI's routing and middleware: FastAPI never calls its endpo
 ``POST``. It stays declared on its router so that ``/docs`` and ``/openapi.json`` describe it
 and any other method gets FastAPI's answer (405).
 
-The job routes (:mod:`gateway.jobs.router`) and the status page (:mod:`gateway.status`) declare
+The job routes (:mod:`gateway.api.jobs`) and the status page (:mod:`gateway.status`) declare
 their own paths; the ones counted by name are listed here too, and
 ``tests/gateway/test_routes.py`` checks that this table and the app's routes agree.
 
@@ -29,6 +29,8 @@ Usage::
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from gateway.wire import paddlex_routes
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,8 @@ class Route:
 # documents (gateway.api.ocr, gateway.api.native)
 OCR = Route("/ocr", hot=True)
 OCR_FILE = Route("/ocr-file", hot=True)
-LAYOUT_PARSING = Route("/layout-parsing", hot=True, paddlex_envelope=True)
-RESTRUCTURE_PAGES = Route("/restructure-pages", hot=True, paddlex_envelope=True)
+LAYOUT_PARSING = Route(paddlex_routes.LAYOUT_PARSING, hot=True, paddlex_envelope=True)
+RESTRUCTURE_PAGES = Route(paddlex_routes.RESTRUCTURE_PAGES, hot=True, paddlex_envelope=True)
 # operations (gateway.api.admin, gateway.api.drain)
 HEALTH = Route("/health")
 READY = Route("/ready")
@@ -54,7 +56,7 @@ UPSTREAMS = Route("/upstreams")
 METRICS = Route("/metrics")
 DRAIN = Route("/admin/drain")
 UNDRAIN = Route("/admin/undrain")
-# declared by gateway.jobs.router and gateway.status.router
+# declared by gateway.api.jobs and gateway.status.router
 JOBS = Route("/api/v2/ocr/jobs")
 STATUS = Route("/status")
 STATUS_LOGIN = Route("/status/login")

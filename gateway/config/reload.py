@@ -22,7 +22,8 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from gateway.config.settings import ConfigError, Settings, parse_settings_text
+from gateway.config.settings import Settings, parse_settings_text
+from gateway.errors import ConfigError
 
 log = logging.getLogger("gateway.reload")
 

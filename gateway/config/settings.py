@@ -32,6 +32,8 @@ from pydantic import (
 )
 
 from gateway.config.store_url import check_postgres_url
+from gateway.errors import ConfigError
+from gateway.wire import paddlex_routes
 
 log = logging.getLogger("gateway.settings")
 
@@ -39,10 +41,6 @@ POLICY_NAMES: tuple[str, ...] = ("round_robin", "random", "least_inflight", "p2c
 DEFAULT_MODE = "queue"
 
 PolicyName = Literal["round_robin", "random", "least_inflight", "p2c", "queue"]
-
-
-class ConfigError(ValueError):
-    """The configuration is unreadable or invalid; the message names the key."""
 
 
 class _Section(BaseModel):
@@ -110,7 +108,7 @@ class HealthSettings(_Section):
     """Active probes of each upstream's ``/health``."""
 
     enabled: bool = True
-    path: str = "/health"
+    path: str = paddlex_routes.HEALTH
     interval_s: float = Field(5.0, gt=0)
     timeout_s: float = Field(2.0, gt=0)
     unhealthy_threshold: int = Field(3, ge=1)

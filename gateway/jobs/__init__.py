@@ -6,10 +6,11 @@
   PostgreSQL shared by every gateway); :mod:`gateway.jobs.fairness`, the claim rule both apply.
 - :mod:`gateway.jobs.protocol`: the wire format (envelope, pageRanges, options, signed URLs).
 - :mod:`gateway.jobs.runner`: page slices dispatched through the central queue, then assembly.
-- :mod:`gateway.jobs.router`: the HTTP routes.
+
+The service the runtime starts and owns; its HTTP routes are an API module,
+:mod:`gateway.api.jobs`.
 
 Usage::
 
-    from gateway.jobs.router import router
-    app.include_router(router)
+    store = await open_backend(settings.jobs)    # gateway.jobs.stores
 """

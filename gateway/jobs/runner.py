@@ -52,7 +52,6 @@ from gateway.jobs.backend import JobBackend, StoreUnavailable
 from gateway.jobs.fairness import SliceSize
 from gateway.jobs.protocol import job_data
 from gateway.jobs.store import Job, SliceClaim
-from gateway.keeper.client import find_slice, slice_key
 from gateway.upstream.fanout import (
     Work,
     free_capacity,
@@ -61,7 +60,9 @@ from gateway.upstream.fanout import (
     slice_work,
     spread_size,
 )
+from gateway.upstream.keeper_client import find_slice, slice_key
 from gateway.upstream.paddlex_api import layout_body, restructure_body, restructured
+from gateway.wire import paddlex_routes
 from gateway.wire.upstream_http import UpstreamClient
 
 if TYPE_CHECKING:
@@ -515,7 +516,7 @@ class JobRunner:
 
         async def work(client: UpstreamClient, upstream: Upstream, timeout: float) -> Any:
             response = await client.post(
-                upstream.url + "/restructure-pages", json=body, timeout=timeout
+                upstream.url + paddlex_routes.RESTRUCTURE_PAGES, json=body, timeout=timeout
             )
             merged = restructured(response)
             if len(merged) != len(pages):

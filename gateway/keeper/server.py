@@ -45,14 +45,14 @@ from prometheus_client import (
     generate_latest,
 )
 
-from gateway.config.settings import ConfigError, parse_settings
+from gateway.config.settings import parse_settings
+from gateway.errors import ConfigError
 from gateway.keeper.store import Answer, KeeperStore
+from gateway.wire import paddlex_routes
+from gateway.wire.keeper_protocol import KEY_HEADER, MISDIRECTED, UPSTREAM_HEADER
 from gateway.wire.upstream_http import UpstreamClient
 
-KEY_HEADER = "idempotency-key"
-UPSTREAM_HEADER = "x-keeper-upstream"
 MAX_KEY_CHARS = 200
-MISDIRECTED = 421  # not an instance of this keeper's: the gateway sends the slice directly
 
 
 class Upstreams:
@@ -139,7 +139,7 @@ class KeeperApp:
         headers = {"content-type": content_type} if content_type else None
         try:
             reply = await self.client.post(
-                upstream + "/layout-parsing", content=body, headers=headers
+                upstream + paddlex_routes.LAYOUT_PARSING, content=body, headers=headers
             )
         except httpx.TimeoutException as exc:
             return _error_answer(504, f"{upstream}: {exc}")
@@ -156,7 +156,7 @@ class KeeperApp:
             return
         method, path = scope["method"], scope["path"]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if path == "/layout-parsing":
+        if path == paddlex_routes.LAYOUT_PARSING:
             if method != "POST":
                 await _json(send, 405, {"error": "use POST"})
                 return

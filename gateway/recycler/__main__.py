@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from gateway.recycler.config import ConfigError, load_config
+from gateway.errors import ConfigError
+from gateway.recycler.config import load_config
 from gateway.recycler.engine import Engine
 from gateway.recycler.loop import GatewayAdmin, Recycler
 

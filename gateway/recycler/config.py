@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gateway.errors import ConfigError
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -38,10 +40,6 @@ class RecyclerConfig(_Strict):
     ready_timeout_s: float = Field(600.0, gt=0)
     stop_grace_s: int = Field(30, ge=0)
     docker_socket: str = "/var/run/docker.sock"
-
-
-class ConfigError(ValueError):
-    """The config file is missing or invalid (the message says where)."""
 
 
 def load_config(path: Path) -> RecyclerConfig:

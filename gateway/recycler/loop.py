@@ -36,8 +36,9 @@ DRAINED = ("draining", "drained")
 TTL_MARGIN_S = 120.0
 
 
-class GatewayError(Exception):
-    """The gateway refused or failed a call (the message says which and why)."""
+class GatewayCallError(Exception):
+    """The gateway refused or failed a call of the recycler's (the message says which and why);
+    not :class:`gateway.errors.GatewayError`, which the gateway answers its own callers with."""
 
 
 class GatewayAdmin:
@@ -56,9 +57,9 @@ class GatewayAdmin:
         try:
             r = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise GatewayError(f"{path}: the gateway does not answer: {exc}") from None
+            raise GatewayCallError(f"{path}: the gateway does not answer: {exc}") from None
         if r.status_code != 200:
-            raise GatewayError(f"{path}: HTTP {r.status_code}: {r.text[:300]}")
+            raise GatewayCallError(f"{path}: HTTP {r.status_code}: {r.text[:300]}")
         return r
 
     def metrics(self) -> str:
@@ -122,7 +123,7 @@ class Recycler:
         try:
             self.counter.observe(attempt_samples(self.gateway.metrics()))
             states = self.gateway.states()
-        except GatewayError as exc:
+        except GatewayCallError as exc:
             log.warning("check skipped: %s", exc)
             return None
         observations = [self.observe(inst, states) for inst in self.config.instances]
@@ -199,14 +200,14 @@ class Recycler:
             if not ready:
                 record["error"] = f"no /health within {cfg.ready_timeout_s:g}s"
             undrain = not self._card_taken(inst)
-        except (GatewayError, EngineError) as exc:
+        except (GatewayCallError, EngineError) as exc:
             record["ok"] = False
             record["error"] = str(exc)
         finally:
             if undrain:
                 try:
                     self.gateway.undrain(inst.url)
-                except GatewayError as exc:
+                except GatewayCallError as exc:
                     record["undrain_error"] = str(exc)
             else:
                 record["left_drained"] = "another instance of the card was drained meanwhile"
@@ -236,5 +237,5 @@ class Recycler:
         if self.recycling is not None:
             try:
                 self.gateway.undrain(self.recycling.url)
-            except GatewayError as exc:
+            except GatewayCallError as exc:
                 log.warning("undrain on stop failed: %s", exc)

@@ -1,8 +1,9 @@
 """Serving: the process, its sockets and connections, and the app assembled from the routes.
 
-The top layer of the gateway: ``python -m gateway`` runs it, no other layer imports it.
-:mod:`~gateway.server.app` builds the FastAPI app from the routers of :mod:`gateway.api`,
-:mod:`gateway.jobs` and :mod:`gateway.status` over one :class:`gateway.runtime.Runtime`;
+The layer under the gateway's programs: ``python -m gateway`` and the slice keeper (``python -m
+gateway.keeper``) serve with it, no other layer imports it.
+:mod:`~gateway.server.app` builds the FastAPI app from the routers of :mod:`gateway.api` and
+:mod:`gateway.status` over one :class:`gateway.runtime.Runtime`;
 :mod:`~gateway.server.connections` is the HTTP protocol (uvicorn's, with header and body
 deadlines and connection caps) and :mod:`~gateway.server.hot_path` serves the document routes
 straight from it; :mod:`~gateway.server.middleware` opens each request's context and writes its

@@ -6,7 +6,7 @@ token when tokens are configured), ``GET /health``, ``GET /ready`` (open), ``GET
 /metrics``, ``POST /admin/drain``, ``POST /admin/undrain`` (an admin token,
 :mod:`gateway.api.drain`), the status page under ``/status`` (an admin session,
 :mod:`gateway.status`), and the official PaddleOCR API job routes under ``/api/v2/ocr/``
-(:mod:`gateway.jobs`). Errors are ``{"error": {"code", "message", ...}, "request_id"}`` with a
+(:mod:`gateway.api.jobs`). Errors are ``{"error": {"code", "message", ...}, "request_id"}`` with a
 4xx/5xx status (:mod:`gateway.api.errors`); ``/docs`` and ``/openapi.json`` describe every route's
 request and response (:mod:`gateway.api.schemas`). The hot routes' ``POST`` is served by the hot
 path (:mod:`gateway.server.hot_path`) with the handlers their routers declare
@@ -29,12 +29,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, APIRouter
 
-from gateway.api import admin, drain, native, ocr
+from gateway.api import admin, drain, jobs, native, ocr
 from gateway.api.errors import install_exception_handlers
 from gateway.api.routes import COUNTED_PATHS, HOT_PATHS
 from gateway.api.schemas import install_openapi
 from gateway.config.settings import Settings, load_settings
-from gateway.jobs import router as jobs_router
 from gateway.observability.logs import flush_access_log
 from gateway.runtime import Runtime
 from gateway.server.body_deadline import BodyDeadlineMiddleware
@@ -47,7 +46,7 @@ from gateway.wire.uvicorn_adapter import serving_plan
 
 __all__ = ["ROUTERS", "create_app", "hot_handlers"]
 
-ROUTERS = (ocr.router, native.router, admin.router, drain.router, jobs_router.router, status_router)
+ROUTERS = (ocr.router, native.router, admin.router, drain.router, jobs.router, status_router)
 """Every router of the app; the paths they declare are those of :mod:`gateway.api.routes`."""
 
 DESCRIPTION = """One front door for every PaddleX instance of the fleet: load-aware dispatch,

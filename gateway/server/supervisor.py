@@ -100,7 +100,7 @@ def run_worker(
     """The body of worker ``index`` (in the forked child); returns its exit status."""
     import uvicorn
 
-    from gateway.config.settings import ConfigError
+    from gateway.errors import ConfigError
     from gateway.server.app import create_app
     from gateway.server.connections import uvicorn_options
     from gateway.server.serving import GatewayServer

@@ -37,8 +37,8 @@ from gateway.dispatch.pool import UpstreamPool
 from gateway.dispatch.upstreams import Upstream
 from gateway.errors import GatewayError, UpstreamFailure
 from gateway.inputs.document import Document, DocumentInspector
-from gateway.keeper.client import post_slice
 from gateway.upstream.attempts import Attempt
+from gateway.upstream.keeper_client import post_slice
 from gateway.upstream.paddlex_api import (
     TRUNCATION_HINT,
     layout_body,
@@ -48,6 +48,7 @@ from gateway.upstream.paddlex_api import (
     restructured,
 )
 from gateway.upstream.proxy import OcrResult, Proxy
+from gateway.wire import paddlex_routes
 from gateway.wire.upstream_http import Reply, UpstreamClient
 
 Work = Callable[[UpstreamClient, Upstream, float], Awaitable[Any]]
@@ -104,7 +105,7 @@ def slice_work(
 
     async def work(client: UpstreamClient, upstream: Upstream, timeout: float) -> Any:
         if key is None:
-            url = upstream.url + "/layout-parsing"
+            url = upstream.url + paddlex_routes.LAYOUT_PARSING
             response = await client.post(url, json=body, timeout=timeout)
         else:
             response = await post_slice(client, upstream, body, key, timeout)
@@ -280,7 +281,7 @@ async def ocr_pdf_fanned_out(
 
     async def restructure(client: UpstreamClient, upstream: Upstream, timeout: float) -> str:
         response = await client.post(
-            upstream.url + "/restructure-pages", json=body, timeout=timeout
+            upstream.url + paddlex_routes.RESTRUCTURE_PAGES, json=body, timeout=timeout
         )
         return markdown_text(restructured(response))
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from gateway.errors import UpstreamClientError, UpstreamFailure
 from gateway.upstream.attempts import error_message, raise_for_upstream_status
+from gateway.wire import paddlex_routes
 from gateway.wire.jsonfast import RawString
 from gateway.wire.upstream_http import Reply
 
@@ -98,7 +99,9 @@ def restructured(response: Reply) -> list[Any]:
         return parsing_results(response)
     except UpstreamClientError as exc:
         raise UpstreamFailure(
-            "protocol_error", f"/restructure-pages HTTP {exc.status}: {exc.message}", exc.status
+            "protocol_error",
+            f"{paddlex_routes.RESTRUCTURE_PAGES} HTTP {exc.status}: {exc.message}",
+            exc.status,
         ) from None
 
 
@@ -108,5 +111,7 @@ def markdown_text(merged: Any) -> str:
         return str(merged[0]["markdown"]["text"])
     except (KeyError, IndexError, TypeError):
         raise UpstreamFailure(
-            "protocol_error", "/restructure-pages result without markdown text", 200
+            "protocol_error",
+            f"{paddlex_routes.RESTRUCTURE_PAGES} result without markdown text",
+            200,
         ) from None

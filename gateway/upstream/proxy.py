@@ -59,6 +59,7 @@ from gateway.upstream.paddlex_api import (
     restructure_body,
     restructured,
 )
+from gateway.wire import paddlex_routes
 from gateway.wire.upstream_http import UpstreamClient
 
 T = TypeVar("T")
@@ -277,7 +278,9 @@ class Proxy:
                 request_id,
                 {**(options or {}), "visualize": False},
             )
-            reply = await client.post(upstream.url + "/layout-parsing", json=body, timeout=timeout)
+            reply = await client.post(
+                upstream.url + paddlex_routes.LAYOUT_PARSING, json=body, timeout=timeout
+            )
             parsed = envelope(reply)
             result = parsed["result"]
             pages = result.get("layoutParsingResults")
@@ -301,7 +304,7 @@ class Proxy:
                 )
             body2 = restructure_body(pages, concatenatePages=True, logId=request_id)
             reply = await client.post(
-                upstream.url + "/restructure-pages", json=body2, timeout=timeout
+                upstream.url + paddlex_routes.RESTRUCTURE_PAGES, json=body2, timeout=timeout
             )
             text = markdown_text(restructured(reply))
             return OcrResult(text=str(text), pages=len(pages), log_id=parsed.get("logId"))
@@ -339,7 +342,7 @@ class Proxy:
             return response.status_code, response.headers.get("content-type"), response.content
 
         (status, ctype, content), upstream, attempts = await self.run(
-            settings, work, bypass_limit=(path == "/restructure-pages"), tenant=tenant
+            settings, work, bypass_limit=(path == paddlex_routes.RESTRUCTURE_PAGES), tenant=tenant
         )
         return status, ctype, content, upstream.url, attempts
 

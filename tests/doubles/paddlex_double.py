@@ -72,6 +72,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from doubles import paddlex as protocol
+from gateway.wire import paddlex_routes
 from tests.doubles.servers import ServerThread
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -168,7 +169,7 @@ def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats)
         server = request.scope.get("server") or ("127.0.0.1", 0)
         return f"double-{server[1]}"
 
-    @app.get("/health")
+    @app.get(paddlex_routes.HEALTH)
     async def health() -> JSONResponse:
         if knobs.health_status != 200:
             return _envelope_error(knobs.health_status, "Unhealthy")
@@ -207,9 +208,9 @@ def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats)
             sizes = sizes[: knobs.max_num_input_imgs]  # silent truncation, HTTP 200
         return sizes
 
-    @app.post("/layout-parsing", response_model_exclude_none=True)
+    @app.post(paddlex_routes.LAYOUT_PARSING, response_model_exclude_none=True)
     async def layout_parsing(req: InferRequest, request: Request) -> JSONResponse:
-        record.append(RecordedRequest("/layout-parsing", req.model_dump(), time.time()))
+        record.append(RecordedRequest(paddlex_routes.LAYOUT_PARSING, req.model_dump(), time.time()))
         stats.layout_calls += 1
         data, file_type = await load_file(req)
         sizes = render(data, file_type)
@@ -251,9 +252,11 @@ def create_double_app(knobs: Knobs, record: list[RecordedRequest], stats: Stats)
         stats.layout_served += 1
         return JSONResponse(protocol.success(protocol.layout_result(pages, sizes, pdf), req.logId))
 
-    @app.post("/restructure-pages")
+    @app.post(paddlex_routes.RESTRUCTURE_PAGES)
     async def restructure_pages(req: RestructureRequest) -> JSONResponse:
-        record.append(RecordedRequest("/restructure-pages", req.model_dump(), time.time()))
+        record.append(
+            RecordedRequest(paddlex_routes.RESTRUCTURE_PAGES, req.model_dump(), time.time())
+        )
         stats.restructure_calls += 1
         if knobs.fail_restructure_next > 0:
             knobs.fail_restructure_next -= 1
@@ -281,7 +284,7 @@ class _DropMiddleware:
                 await asyncio.sleep(0.02)
         if (
             scope["type"] == "http"
-            and scope["path"] == "/layout-parsing"
+            and scope["path"] == paddlex_routes.LAYOUT_PARSING
             and (self.knobs.always_drop or self.knobs.drop_next > 0)
         ):
             if self.knobs.drop_next > 0:
@@ -327,10 +330,10 @@ class PaddlexDouble:
             self.running = False
 
     def layout_requests(self) -> list[RecordedRequest]:
-        return [r for r in list(self.requests) if r.path == "/layout-parsing"]
+        return [r for r in list(self.requests) if r.path == paddlex_routes.LAYOUT_PARSING]
 
     def restructure_requests(self) -> list[RecordedRequest]:
-        return [r for r in list(self.requests) if r.path == "/restructure-pages"]
+        return [r for r in list(self.requests) if r.path == paddlex_routes.RESTRUCTURE_PAGES]
 
 
 class DoubleFleet:

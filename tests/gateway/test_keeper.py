@@ -21,9 +21,9 @@ import pytest
 
 from gateway.config.settings import UpstreamSpec
 from gateway.dispatch.upstreams import Upstream
-from gateway.keeper.client import Found, find_slice, post_slice
 from gateway.keeper.server import KeeperApp, KeeperConfig, Upstreams
 from gateway.keeper.store import Answer, KeeperStore
+from gateway.upstream.keeper_client import Found, find_slice, post_slice
 from gateway.wire.upstream_http import UpstreamClient
 from tests.doubles.paddlex_double import DoubleFleet
 from tests.doubles.servers import ServerThread

@@ -28,6 +28,13 @@ from starlette.datastructures import UploadFile
 
 from gateway.access.control import Principal
 from gateway.api.common import read_body, runtime_of
+from gateway.api.jobs_schemas import (
+    BatchEnvelope,
+    StatusEnvelope,
+    SubmitEnvelope,
+    envelope_errors,
+    submission_body,
+)
 from gateway.errors import AccessError, InputError
 from gateway.inputs.document import Document
 from gateway.inputs.sources import SOURCE_FIELDS, resolve_input
@@ -43,13 +50,6 @@ from gateway.jobs.protocol import (
     split_options,
 )
 from gateway.jobs.runner import JobRunner
-from gateway.jobs.schemas import (
-    BatchEnvelope,
-    StatusEnvelope,
-    SubmitEnvelope,
-    envelope_errors,
-    submission_body,
-)
 from gateway.jobs.store import Job
 from gateway.observability.context import request_context
 from gateway.runtime import Runtime

@@ -23,7 +23,8 @@ from urllib.parse import quote
 import httpx
 
 from gateway.dispatch.upstreams import Upstream
-from gateway.keeper.server import KEY_HEADER, MISDIRECTED, UPSTREAM_HEADER
+from gateway.wire import paddlex_routes
+from gateway.wire.keeper_protocol import KEY_HEADER, MISDIRECTED, UPSTREAM_HEADER
 from gateway.wire.upstream_http import Reply, UpstreamClient
 
 log = logging.getLogger("gateway.keeper")
@@ -43,7 +44,7 @@ async def post_slice(
         headers = {KEY_HEADER: key, UPSTREAM_HEADER: upstream.url}
         try:
             reply = await client.post(
-                keeper + "/layout-parsing", json=body, headers=headers, timeout=timeout
+                keeper + paddlex_routes.LAYOUT_PARSING, json=body, headers=headers, timeout=timeout
             )
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             log.warning("keeper %s unreachable (%s): slice %s sent directly", keeper, exc, key)
@@ -53,7 +54,9 @@ async def post_slice(
             log.warning(
                 "keeper %s does not serve %s: slice %s sent directly", keeper, upstream.url, key
             )
-    return await client.post(upstream.url + "/layout-parsing", json=body, timeout=timeout)
+    return await client.post(
+        upstream.url + paddlex_routes.LAYOUT_PARSING, json=body, timeout=timeout
+    )
 
 
 @dataclass(frozen=True)
