@@ -60,8 +60,14 @@ def test_a_preview_after_up_changes_nothing_and_warns_of_nothing(fleet):
 def test_a_second_card_is_added_without_touching_the_first(fleet):
     fleet.set(cards="2")
     found = changed(fleet.stack.up())
-    assert found and all(ops == {"create"} for ops in found.values()), found
+    assert {name for name, ops in found.items() if ops == {"create"}} >= {
+        "local-card-1-vllm-0",
+        "local-card-1-paddlex-0",
+        "local-card-1-paddlex-1",
+    }, found
+    # the first card untouched; the gateway's config now lists the new card's instances
     assert not [name for name in found if "card-0" in name], found
+    assert found.get("local-gateway-config") == {"update"}, found
     upstreams = httpx.get(f"{fleet.url}/upstreams", timeout=10).json()["upstreams"]
     assert len(upstreams) == 4
     served(fleet)
