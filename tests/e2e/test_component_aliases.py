@@ -26,8 +26,10 @@ import tarfile
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.e2e.gateway_view import upstream_states
 from tests.e2e.pulumi_stack import REPO, Step
 from tests.e2e.sim_stack import sim_stack, tokens
 
@@ -46,6 +48,13 @@ RECYCLER_REPLACED = {
     (op, CONTAINER, "local-recycler") for op in ("replace", "create-replacement", "delete-replaced")
 }
 """BASE's recycler, its healthcheck's timings left at zero, is replaced once."""
+COMMAND = "command:local:Command"
+GROUP_STEPS = {
+    ("create", COMMAND, "local-card-0-vllm-0-in-service"),
+    ("update", COMMAND, "local-card-0-in-service"),
+}
+"""Rolling by vLLM group: each group's in-service step is new, and the card's own step, retired,
+is updated in place to a no-op (its old `delete`, a drain of the whole card, never runs)."""
 
 
 def base_program() -> bytes:
@@ -108,7 +117,8 @@ def shown(found: set[tuple[str, str, str]]) -> str:
 
 def test_a_stack_of_the_previous_main_replaces_nothing(docker_engine, tmp_path):
     archive = base_program()
-    secrets = tokens("aliases-user-" + os.urandom(8).hex(), "aliases-admin-" + os.urandom(8).hex())
+    admin = "aliases-admin-" + os.urandom(8).hex()
+    secrets = tokens("aliases-user-" + os.urandom(8).hex(), admin)
     # the gateway with its keeper, and the recyclers' token and container: every kind of child
     # but the balancer and Prometheus (tests/components/test_stack.py checks their aliases)
     with sim_stack("aliases", 26000, secrets, paddlexPerVllm="1", recycle=RECYCLE) as fleet:
@@ -126,11 +136,16 @@ def test_a_stack_of_the_previous_main_replaces_nothing(docker_engine, tmp_path):
 
         preview = fleet.stack.preview()
         print("preview:", dict(ops(preview)))
-        assert not not_same(preview) - base - RECYCLER_REPLACED, shown(not_same(preview) - base)
+        expected = base | RECYCLER_REPLACED | GROUP_STEPS
+        assert not not_same(preview) - expected, shown(not_same(preview) - base)
         assert ops(preview)["same"] >= 10, ops(preview)
         update = fleet.stack.up()
         print("update:", dict(ops(update)))
-        assert not not_same(update) - base - RECYCLER_REPLACED, shown(not_same(update) - base)
+        assert not not_same(update) - expected, shown(not_same(update) - base)
+        upstreams = httpx.get(
+            f"{fleet.url}/upstreams", headers={"Authorization": f"Bearer {admin}"}, timeout=10
+        )
+        assert "drained" not in upstream_states(upstreams.json()).values(), upstreams.text
         again = not_same(fleet.stack.preview())
         assert not again, shown(again)  # the recycler's update too is gone for good
         assert {s.type for s in update if s.op == "create"} == NEW_COMPONENTS

@@ -78,6 +78,9 @@ def test_a_vllm_change_rolls_card_by_card(fleet):
     steps = fleet.stack.up()
     back = {s.name: s for s in steps if s.op == "create-replacement"}
     out = {s.name: s for s in steps if s.op == "delete-replaced"}
-    card0_back, card1_out = back["local-card-0-in-service"], out["local-card-1-in-service"]
+    card0_back, card1_out = (
+        back["local-card-0-vllm-0-in-service"],
+        out["local-card-1-vllm-0-in-service"],
+    )
     assert card0_back.ended is not None and card0_back.ended < card1_out.started
     served(fleet)

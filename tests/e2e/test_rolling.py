@@ -67,10 +67,10 @@ def test_a_vllm_flag_change_rolls_card_by_card_with_no_failed_request(fleet):
     # Never more than one card (of two) out of service: at least the other card's instances.
     assert summary["capacity_floor"] >= PER_CARD, summary
     # The waves, from the engine's events: card 1 is drained only once card 0 is back in.
-    card0_back = first(steps, "local-card-0-in-service", "create-replacement")
-    card1_out = first(steps, "local-card-1-in-service", "delete-replaced")
+    card0_back = first(steps, "local-card-0-vllm-0-in-service", "create-replacement")
+    card1_out = first(steps, "local-card-1-vllm-0-in-service", "delete-replaced")
     assert card0_back.ended is not None and card0_back.ended < card1_out.started
-    card0_out = first(steps, "local-card-0-in-service", "delete-replaced")
+    card0_out = first(steps, "local-card-0-vllm-0-in-service", "delete-replaced")
     card0_vllm = first(steps, "local-card-0-vllm-0", "delete-replaced")
     assert card0_out.ended is not None and card0_out.ended < card0_vllm.started
     every_worker_sees_all_healthy(fleet)
