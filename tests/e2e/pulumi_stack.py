@@ -211,6 +211,11 @@ class PulumiStack:
     def preview(self, *extra: str, check: bool = True) -> list[Step]:
         return self._logged("preview", extra, check)[0]
 
+    def preview_said(self, *extra: str) -> str:
+        """What `pulumi preview` of this stack prints to a user (no --json), stdout and stderr."""
+        done = self.run(["preview", *self._stack_args(), "--non-interactive", *extra])
+        return done.stdout + done.stderr
+
     def up(self, *extra: str) -> list[Step]:
         return self._logged("up", extra, True)[0]
 

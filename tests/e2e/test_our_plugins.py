@@ -50,10 +50,7 @@ def test_up_serves_a_document(fleet):
 
 
 def test_a_preview_after_up_changes_nothing_and_warns_of_nothing(fleet):
-    output = fleet.stack.run(
-        ["preview", "--stack", fleet.name, "--non-interactive", "--expect-no-changes"]
-    )
-    said = output.stdout + output.stderr
+    said = fleet.stack.preview_said("--expect-no-changes")
     assert "warning" not in said.lower(), said
 
 
