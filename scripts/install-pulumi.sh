@@ -47,7 +47,7 @@ while [[ $# -gt 0 ]]; do
     --prefix) prefix="$2"; shift 2 ;;
     --force) force=1; shift ;;
     --which) which_only=1; shift ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "install-pulumi: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
