@@ -20,7 +20,8 @@
 #    - `ours`: this project's own plugins (pulumi_plugins/), run by a Python environment of
 #      their own; the fallback where no official plugin can be had (the Go module proxy serves
 #      neither the official language host nor the providers).
-#    `auto` (the default) installs `official` where those files are, else `ours`.
+#    `auto` (the default; $PADDLEOCR_FLEET_PLUGINS sets another, for scripts/up.sh too) installs
+#    `official` where those files are, else `ours`.
 # The set's resource plugins go into the plugin cache ($PULUMI_HOME, default ~/.pulumi) with
 # `pulumi plugin install ... --file --reinstall`, so the engine never tries to download one; none
 # is put on PATH (the engine would take a plugin on PATH before the cache, with a warning).
@@ -36,7 +37,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cli_version="v3.274.1"
 prefix="${PADDLEOCR_FLEET_PULUMI_DIR:-$HOME/.paddleocr-fleet/pulumi}"
 official_dir="${PADDLEOCR_FLEET_OFFICIAL_PLUGINS:-$repo/../shared/official-plugins}"
-plugins="auto"
+plugins="${PADDLEOCR_FLEET_PLUGINS:-auto}"
 force=0
 which_only=0
 
@@ -46,7 +47,7 @@ while [[ $# -gt 0 ]]; do
     --prefix) prefix="$2"; shift 2 ;;
     --force) force=1; shift ;;
     --which) which_only=1; shift ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "install-pulumi: unknown argument: $1" >&2; exit 2 ;;
   esac
 done

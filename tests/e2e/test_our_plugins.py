@@ -64,7 +64,7 @@ def test_a_second_card_is_added_without_touching_the_first(fleet):
     }, found
     # the first card untouched; the gateway's config now lists the new card's instances
     assert not [name for name in found if "card-0" in name], found
-    assert found.get("local-gateway-config") == {"update"}, found
+    assert "local-gateway-config" in found, found
     upstreams = httpx.get(f"{fleet.url}/upstreams", timeout=10).json()["upstreams"]
     assert len(upstreams) == 4
     served(fleet)
