@@ -46,9 +46,12 @@ RECYCLER_REPLACED = {
     (op, CONTAINER, "local-recycler") for op in ("replace", "create-replacement", "delete-replaced")
 }
 """BASE's recycler, its healthcheck's timings left at zero, is replaced once."""
-KEEPER_READY = {("update", "command:local:Command", "local-gateway-keeper-ready")}
-"""The keeper's readiness wait, changed since BASE (it passes on a serving file in the `serving`
-state alone), runs again in place."""
+READY_CHANGED = {
+    ("update", "command:local:Command", f"local-gateway{keeper}-ready")
+    for keeper in ("", "-keeper")
+}
+"""The gateway's and the keeper's readiness waits, changed since BASE (they pass on a serving
+file in the `serving` state alone), run again in place."""
 
 
 def base_program() -> bytes:
@@ -129,7 +132,7 @@ def test_a_stack_of_the_previous_main_replaces_nothing(docker_engine, tmp_path):
 
         preview = fleet.stack.preview()
         print("preview:", dict(ops(preview)))
-        expected = base | RECYCLER_REPLACED | KEEPER_READY
+        expected = base | RECYCLER_REPLACED | READY_CHANGED
         assert not not_same(preview) - expected, shown(not_same(preview) - expected)
         assert ops(preview)["same"] >= 10, ops(preview)
         update = fleet.stack.up()
