@@ -47,8 +47,8 @@ RECYCLER_REPLACED = {
 }
 """BASE's recycler, its healthcheck's timings left at zero, is replaced once."""
 READY_CHANGED = {
-    ("update", "command:local:Command", f"local-gateway{keeper}-ready")
-    for keeper in ("", "-keeper")
+    ("update", "command:local:Command", name)
+    for name in ("local-gateway-ready", "local-gateway-keeper-ready")
 }
 """The gateway's and the keeper's readiness waits, changed since BASE (they pass on a serving
 file in the `serving` state alone), run again in place."""
