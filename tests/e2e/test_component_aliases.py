@@ -55,9 +55,11 @@ GROUP_STEPS = {
 }
 """Rolling by vLLM group: each group's in-service step is new, and the card's own step, retired,
 is updated in place to a no-op (its old `delete`, a drain of the whole card, never runs)."""
-KEEPER_READY = {("update", COMMAND, "local-gateway-keeper-ready")}
-"""The keeper's readiness wait, changed since BASE (it passes on a serving file in the `serving`
-state alone), runs again in place."""
+READY_CHANGED = {
+    ("update", COMMAND, name) for name in ("local-gateway-ready", "local-gateway-keeper-ready")
+}
+"""The gateway's and the keeper's readiness waits, changed since BASE (they pass on a serving
+file in the `serving` state alone), run again in place."""
 
 
 def base_program() -> bytes:
@@ -139,7 +141,7 @@ def test_a_stack_of_the_previous_main_replaces_nothing(docker_engine, tmp_path):
 
         preview = fleet.stack.preview()
         print("preview:", dict(ops(preview)))
-        expected = base | RECYCLER_REPLACED | KEEPER_READY | GROUP_STEPS
+        expected = base | RECYCLER_REPLACED | READY_CHANGED | GROUP_STEPS
         assert not not_same(preview) - expected, shown(not_same(preview) - expected)
         assert ops(preview)["same"] >= 10, ops(preview)
         update = fleet.stack.up()
