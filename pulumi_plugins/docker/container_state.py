@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pulumi_plugins.docker import godur
+from pulumi_plugins.docker import godur, props
 from pulumi_plugins.docker.container_schema import MIB
 
 
@@ -16,7 +16,7 @@ def state_from_inspect(info: dict[str, Any], prior: dict[str, Any]) -> dict[str,
     """The state after the Terraform provider's Read: `prior` (inputs or old state) with what
     Read takes from the container. Envs, labels, volumes, uploads are not read back."""
     config, host = info.get("Config") or {}, info.get("HostConfig") or {}
-    state = {k: v for k, v in prior.items() if not k.startswith("__")}
+    state = {**props.without_reserved(prior), **props.kept_meta(prior)}
     running = bool((info.get("State") or {}).get("Running"))
     if not running:
         state["exitCode"] = (info.get("State") or {}).get("ExitCode", 0)
