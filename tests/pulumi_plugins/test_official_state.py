@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf import struct_pb2
+from pulumi.runtime.proto import provider_pb2
+
+from pulumi_plugins import command, rpc
 from pulumi_plugins.docker import container, image, props, remote_image
 from pulumi_plugins.docker.container_schema import SCHEMA
 from pulumi_plugins.docker.container_state import state_from_inspect
@@ -336,3 +340,24 @@ def test_image_platform_round_trips_with_the_official_saved_inputs(
         "repoDigest": IMAGE_ID,
     }
     assert image.diff(state, inputs) == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# command
+
+
+def test_command_config_keeps_the_official_providers_marker() -> None:
+    marker = "__pulumi-go-provider-version"
+    olds = rpc.to_struct({"version": "1.2.1", marker: "1.2.0"})
+    news = rpc.to_struct({"version": "1.2.1"})
+    provider = command.CommandProvider()
+    checked = provider.CheckConfig(
+        provider_pb2.CheckRequest(olds=olds, news=news),
+        None,
+    )
+    assert rpc.to_python(checked.inputs) == {"version": "1.2.1", marker: "1.2.0"}
+    fresh = provider.CheckConfig(
+        provider_pb2.CheckRequest(olds=struct_pb2.Struct(), news=news),
+        None,
+    )
+    assert rpc.to_python(fresh.inputs) == {"version": "1.2.1"}
