@@ -361,3 +361,13 @@ def test_command_config_keeps_the_official_providers_marker() -> None:
         None,
     )
     assert rpc.to_python(fresh.inputs) == {"version": "1.2.1"}
+
+
+def test_a_refreshed_state_keeps_the_official_nulls() -> None:
+    """Every unset property is null in the official state; the Read answer keeps them (the
+    engine would otherwise drop them from the state on the first refresh by ours)."""
+    refreshed = rpc.to_python(rpc.to_struct(state_from_inspect(INSPECT, OFFICIAL_STATE), True))
+    assert {k for k, v in OFFICIAL_STATE.items() if v is None} <= {
+        k for k, v in refreshed.items() if v is None
+    }
+    assert "capabilities" not in rpc.to_python(rpc.to_struct({"capabilities": None}))
