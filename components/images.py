@@ -9,6 +9,7 @@ once nothing of the stack uses it.
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 
 import pulumi
@@ -27,6 +28,23 @@ class BuildSpec:
     """Tagged `<repository>:<stack>`."""
 
 
+GO_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "i686": "386", "armv7l": "arm"}
+"""`platform.machine()` in Docker's (Go's) architecture names; others are the same in both."""
+
+
+def local_platform() -> str:
+    """The platform of the machine that runs `pulumi`, in Docker's words (`linux/amd64`).
+
+    What pulumi-docker builds for when an image's `platform` is unset (it says so in a note on
+    every preview and update): the program says it itself, so nothing is left to a default.
+
+        >>> local_platform().startswith("linux/")
+        True
+    """
+    machine = platform.machine().lower()
+    return f"linux/{GO_ARCH.get(machine, machine)}"
+
+
 def build_image(
     parent: pulumi.Resource,
     name: str,
@@ -35,10 +53,11 @@ def build_image(
     guard: pulumi.Output[str] | None,
     provider: pulumi.ProviderResource | None = None,
 ) -> tuple[pulumi.Output[str], command.local.Command]:
-    """Build `spec` on `host`; returns the image's id (`repoDigest`, the local image id when
-    nothing is pushed), so a rebuilt image replaces its container, and the cleanup command a
-    container using it must depend on. It runs on the Docker provider of `parent`, unless
-    `provider` names another host's.
+    """Build `spec` on `host` for its platform (the host's `platform`, else the platform of the
+    machine that runs `pulumi`, as pulumi-docker would); returns the image's id (`repoDigest`,
+    the local image id when nothing is pushed), so a rebuilt image replaces its container, and
+    the cleanup command a container using it must depend on. It runs on the Docker provider of
+    `parent`, unless `provider` names another host's.
 
     pulumi-docker rebuilds when the context's files change and never deletes an image, so a
     command beside it removes each image the stack built once its container is gone: on a
@@ -53,7 +72,7 @@ def build_image(
             context=spec.context,
             dockerfile=f"{spec.context}/Dockerfile",
             args=dict(host.build_args) or None,
-            platform=host.platform,
+            platform=host.platform or local_platform(),
             network="host",
         ),
         skip_push=True,

@@ -19,8 +19,17 @@ python -m pip install -q -e '.[test,sim,bench]'
 python -m pip install -q --no-deps --force-reinstall opencv-contrib-python-headless==4.10.0.84
 echo "python packages ready after $(( $(date +%s) - started )) s"
 
+# Both plugin sets: the real-engine tests run on the default one (the official plugins where
+# ../shared/official-plugins is, as users run the program), our own plugins' smoke on `ours`.
+if [ -z "${PADDLEOCR_FLEET_OFFICIAL_PLUGINS:-}" ] && [ -f ../shared/official-plugins/SHA256SUMS ]; then
+  # the tests that run scripts/up.sh in a copy of the checkout find them through it
+  PADDLEOCR_FLEET_OFFICIAL_PLUGINS="$(cd ../shared/official-plugins && pwd)"
+  export PADDLEOCR_FLEET_OFFICIAL_PLUGINS
+fi
 pulumi_log="$(mktemp)"
-bash scripts/install-pulumi.sh >"$pulumi_log" 2>&1 &
+ours_log="$(mktemp)"
+{ bash scripts/install-pulumi.sh --plugins ours >"$ours_log" 2>&1 &&
+  bash scripts/install-pulumi.sh >"$pulumi_log" 2>&1; } &
 pulumi_job=$!
 
 # The second host of tests/e2e/test_two_hosts.py is a network namespace with its own engine and
@@ -67,10 +76,12 @@ fi
 
 if wait "$pulumi_job"; then
   PADDLEOCR_FLEET_PULUMI="$(tail -n 1 "$pulumi_log")/pulumi"
-  export PADDLEOCR_FLEET_PULUMI
+  PADDLEOCR_FLEET_PULUMI_OURS="$(tail -n 1 "$ours_log")/pulumi"
+  export PADDLEOCR_FLEET_PULUMI PADDLEOCR_FLEET_PULUMI_OURS
   echo "pulumi toolchain ready after $(( $(date +%s) - started )) s: $PADDLEOCR_FLEET_PULUMI"
+  tail -n 2 "$pulumi_log" | head -n 1
 else
-  cat "$pulumi_log" >&2
+  cat "$ours_log" "$pulumi_log" >&2
   echo "scripts/install-pulumi.sh failed: the tests of the real Pulumi engine cannot run" >&2
   exit 1
 fi

@@ -16,7 +16,7 @@ import pytest
 
 from bench.rollout.report import BEGIN, END
 from tests.e2e.conftest import _unavailable, docker_available
-from tests.e2e.pulumi_stack import find_cli
+from tests.pulumi_sets import find_cli
 
 REPO = Path(__file__).resolve().parents[2]
 PORT = 21500  # the fleet takes the next 220 ports; the full benchmark runs on 21100

@@ -1,6 +1,7 @@
 """The stack program under Pulumi mocks: what it registers, how it is wired, what it exports."""
 
 import json
+import platform
 import re
 
 import pulumi
@@ -605,3 +606,10 @@ def test_jobs_store_url_reaches_the_gateway_config_as_a_secret():
     assert install.inputs["stdin"][SECRET_SIG] == SECRET_VALUE_SIG
     with pytest.raises(ConfigError, match="jobsStoreUrl"):
         load_settings({"jobsStoreUrl": url})  # not a secret: refused
+
+
+def test_an_image_of_a_host_without_a_platform_is_built_for_the_machine_running_pulumi():
+    recording = record_stack({"cards": "1", "gatewayPort": "9300"})
+    (image,) = recording.of_type(IMAGE)
+    machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    assert image.inputs["build"]["platform"] == f"linux/{machine}"

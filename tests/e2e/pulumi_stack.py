@@ -1,13 +1,14 @@
 """The fleet program under the real Pulumi engine: a copy of the project, a stack, the CLI.
 
-The CLI and our plugins come from `scripts/install-pulumi.sh` ($PADDLEOCR_FLEET_PULUMI names the
-`pulumi` it installed); each stack gets a file backend, a PULUMI_HOME with the plugins installed
-from the install's wrappers, and a copy of the project (so a test may change a source file), run
-with the repository's virtualenv::
+The CLI and the plugins come from `scripts/install-pulumi.sh`, in the plugin set a test asks for
+(tests/pulumi_sets.py: the default is the official plugins where they are); each stack gets a
+file backend, a PULUMI_HOME with the set's resource plugins installed, and a copy of the project
+(so a test may change a source file), run with the repository's virtualenv::
 
     stack = PulumiStack.create(tmp_path, "e2e", {"accelerator": "sim", "cards": "1"})
     steps = stack.up()
     assert {s.op for s in steps if s.urn.endswith("gateway")} <= {"same"}
+    stack.use_plugins("ours")  # the same stack on our own plugins from now on
 """
 
 from __future__ import annotations
@@ -23,17 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.pulumi_sets import CLI_VARIABLE, PluginSet, clean_path, plugin_set
+
 REPO = Path(__file__).resolve().parents[2]
-CLI_VARIABLE = "PADDLEOCR_FLEET_PULUMI"
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "requirements.txt")
 PROJECT_DIRS = ("components", "config", "gateway", "monitoring")
 PLUGIN_VERSIONS = {"docker": "pulumi-docker", "command": "pulumi-command"}
-
-
-def find_cli() -> Path | None:
-    """The installed `pulumi` ($PADDLEOCR_FLEET_PULUMI, else PATH), or None."""
-    path = os.environ.get(CLI_VARIABLE) or shutil.which("pulumi")
-    return Path(path) if path and Path(path).is_file() else None
 
 
 def sdk_pin(package: str) -> str:
@@ -66,14 +62,13 @@ class PulumiError(AssertionError):
 
 
 class PulumiStack:
-    def __init__(self, root: Path, cli: Path, name: str):
-        self.root, self.cli, self.name = root, cli, name
+    def __init__(self, root: Path, plugins: PluginSet, name: str):
+        self.root, self.plugins, self.name = root, plugins, name
         self.project = root / "project"
         self.config_file = root / f"Pulumi.{name}.yaml"
-        bin_dir = cli.parent
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")}
         self.env.update(
-            PATH=os.pathsep.join([str(bin_dir), self.env.get("PATH", "")]),
+            PATH=clean_path(plugins.bin_dir, self.env.get("PATH", "")),
             PULUMI_HOME=str(root / "home"),
             # no metadata file beside each state file: the file backend writes it in place, not
             # renamed into place, and a CLI killed meanwhile leaves it empty ("EOF" ever after)
@@ -86,10 +81,33 @@ class PulumiStack:
         self.env.pop("DOCKER_CONTEXT", None)
         self._log = 0
 
+    @property
+    def cli(self) -> Path:
+        return self.plugins.cli
+
     def prepend_path(self, *directories: Path | str) -> None:
         """Put `directories` first on PATH for later `pulumi` runs, their plugins and the
         commands those run (e.g. a wrapper that shadows `ssh`)."""
         self.env["PATH"] = os.pathsep.join([*map(str, directories), self.env["PATH"]])
+
+    def use_plugins(self, name: str | None) -> None:
+        """Run this stack's later commands on the plugin set `name` (None: the default set):
+        its CLI and language host, its resource plugins installed over the ones before."""
+        found = plugin_set(name)
+        if found is None:
+            raise FileNotFoundError(f"no plugin set {name!r}: scripts/test.sh installs both")
+        before = self.plugins.bin_dir
+        self.env["PATH"] = os.pathsep.join(
+            str(found.bin_dir) if part == str(before) else part
+            for part in self.env["PATH"].split(os.pathsep)
+        )
+        self.plugins = found
+        for plugin, package in PLUGIN_VERSIONS.items():
+            version = sdk_pin(package)
+            binary = found.resource_plugin(plugin, version)
+            self.run(
+                ["plugin", "install", "resource", plugin, version, "--reinstall", "--file", binary]
+            )
 
     @classmethod
     def create(
@@ -98,19 +116,19 @@ class PulumiStack:
         name: str,
         config: Mapping[str, str],
         secrets: Mapping[str, str] | None = None,
+        plugins: str | None = None,
     ) -> PulumiStack:
-        cli = find_cli()
-        if cli is None:
+        """A new stack `name` under `root` on the plugin set `plugins` (None: the default)."""
+        found = plugin_set(plugins)
+        if found is None:
             raise FileNotFoundError(
-                f"no Pulumi CLI: run scripts/install-pulumi.sh and set ${CLI_VARIABLE}"
+                f"no Pulumi CLI of plugin set {plugins or 'default'}: run scripts/install-pulumi.sh"
+                f" and set ${CLI_VARIABLE} (scripts/test.sh does both)"
             )
-        stack = cls(root, cli, name)
+        stack = cls(root, found, name)
         (root / "state").mkdir(parents=True, exist_ok=True)
         stack._copy_project()
-        for plugin, package in PLUGIN_VERSIONS.items():
-            wrapper = cli.parent / f"pulumi-resource-{plugin}"
-            version = sdk_pin(package)
-            stack.run(["plugin", "install", "resource", plugin, version, "--file", wrapper])
+        stack.use_plugins(plugins)
         stack.run(["stack", "init", name])
         stack.set_config(config)
         stack.set_config(secrets or {}, secret=True)

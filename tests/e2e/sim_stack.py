@@ -87,9 +87,11 @@ def sim_stack(
     module: str,
     ports: int,
     secrets: Mapping[str, str] | None = None,
+    plugins: str | None = None,
     **overrides: str | None,
 ) -> Iterator[SimStack]:
-    """A stack named after `module` (and a random suffix) with `sim_config` and `overrides`."""
+    """A stack named after `module` (and a random suffix) with `sim_config` and `overrides`, on
+    the plugin set `plugins` (tests/pulumi_sets.py; None: the default set)."""
     gateway_name = f"paddleocr-fleet-gateway-{module}"
     block = re.compile(rf"-{ports // 1000}[0-9]{{3}}-sim-")
     for name in docker("ps", "-a", "--format", "{{.Names}}").stdout.split():
@@ -98,7 +100,8 @@ def sim_stack(
     model_dir = temp_model_dir()
     config = sim_config(ports, gateway_name, modelDir=model_dir, **overrides)
     root = Path(tempfile.mkdtemp(prefix=f"paddleocr-fleet-{module}-"))
-    stack = PulumiStack.create(root, f"{module}-{os.urandom(3).hex()}", config, secrets)
+    name = f"{module}-{os.urandom(3).hex()}"
+    stack = PulumiStack.create(root, name, config, secrets, plugins=plugins)
     fleet = SimStack(stack, config, gateway_name)
     try:
         yield fleet

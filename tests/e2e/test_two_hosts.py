@@ -188,7 +188,7 @@ def test_host_b_serves_in_its_namespace_not_on_this_machines_loopback(fleet):
         httpx.get(f"http://127.0.0.1:{vllm.port}/v1/models", timeout=5)
 
 
-def test_host_b_start_commands_and_readiness_waits_went_through_ssh(fleet):
+def test_host_b_containers_start_commands_and_readiness_waits_went_through_ssh(fleet):
     host_b, plan = fleet.host_b, fleet.plan
     calls = host_b.ssh_calls()
     assert all(
@@ -214,7 +214,11 @@ def test_host_b_start_commands_and_readiness_waits_went_through_ssh(fleet):
     for vllm in (v for v in plan.vllm if v.host.name == "host-b"):
         name = vllm.container_name
         assert ran(f"docker exec {name} python3 -c", f"{vllm.local_url}/v1/models") >= 1, name
-    assert ran("docker system dial-stdio") >= 1, "the docker provider of host-b used no ssh"
+    # The docker provider's own connections: ours runs `docker system dial-stdio` through ssh,
+    # the official one runs ssh itself; neither is one of the commands' docker calls.
+    commands = ("docker exec ", "docker inspect ", "docker ps ")
+    provider_calls = [call for call in calls if not call.caller.startswith(commands)]
+    assert provider_calls, "no container of host-b went through ssh: its docker provider used none"
     on_a = [i.container_name for i in (*plan.vllm, *plan.paddlex) if i.host.name == "host-a"]
     entry = fleet.stack.outputs()["topology"]["gateway"]
     on_a += [entry["container"], entry["keeper"]["container"]]

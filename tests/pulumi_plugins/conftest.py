@@ -9,8 +9,9 @@ tests put their wrappers there and install them::
     project = pulumi_env.project("demo", "import pulumi\\npulumi.export('x', 1)\\n")
     pulumi_env.run(["stack", "init", "dev"], cwd=project)
 
-Projects of one module share the backend: give each its own name. The CLI is
-$PADDLEOCR_FLEET_PULUMI or `pulumi` on PATH; the tests skip, saying why, when there is neither.
+Projects of one module share the backend: give each its own name. The CLI is the default
+set's (tests/pulumi_sets.py); PATH keeps no other folder holding a resource plugin, so the tests
+run our plugins and no other. They skip, saying why, when there is no CLI (fail under CI=true).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -28,16 +28,12 @@ from typing import Any
 
 import pytest
 
+from tests.pulumi_sets import CLI_VARIABLE, clean_path, find_cli
+
 REPO = Path(__file__).resolve().parents[2]
-CLI_VARIABLE = "PADDLEOCR_FLEET_PULUMI"
 EXEC_SCRIPT = "pulumi-language-python-exec"
 VIRTUALENV = Path(sys.prefix)
 """The virtualenv running the tests (the repo's .venv): it has the Pulumi SDK and the providers'."""
-
-
-def find_cli() -> Path | None:
-    path = os.environ.get(CLI_VARIABLE) or shutil.which("pulumi")
-    return Path(path) if path and Path(path).is_file() else None
 
 
 def _version_key(path: Path) -> tuple[int, ...]:
@@ -46,11 +42,11 @@ def _version_key(path: Path) -> tuple[int, ...]:
 
 
 def find_exec_script() -> Path | None:
-    """The SDK's program runner: beside the CLI (scripts/install-pulumi.sh puts it there), or
-    else the newest in Go's module cache."""
-    cli = find_cli()
-    if cli is not None and (cli.parent / EXEC_SCRIPT).is_file():
-        return cli.parent / EXEC_SCRIPT
+    """The SDK's program runner: beside our plugin set's CLI (scripts/install-pulumi.sh puts it
+    there), or else the newest in Go's module cache."""
+    for cli in (find_cli("ours"), find_cli()):
+        if cli is not None and (cli.parent / EXEC_SCRIPT).is_file():
+            return cli.parent / EXEC_SCRIPT
     cache = Path(os.environ.get("GOMODCACHE") or Path.home() / "go" / "pkg" / "mod")
     found = cache.glob(f"github.com/pulumi/pulumi/sdk/v3@v*/python/cmd/{EXEC_SCRIPT}")
     return max(found, key=_version_key, default=None)
@@ -134,7 +130,7 @@ class PulumiEnv:
 def _isolated_env(root: Path, bin_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")}
     env.update(
-        PATH=os.pathsep.join([str(bin_dir), env.get("PATH", "")]),
+        PATH=clean_path(bin_dir, env.get("PATH", "")),
         PULUMI_HOME=str(root / "home"),
         PULUMI_BACKEND_URL=(root / "state").as_uri(),
         PULUMI_CONFIG_PASSPHRASE="",
