@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pulumi_plugins.docker import godur, props
-from pulumi_plugins.docker.container_schema import MIB
+from pulumi_plugins.docker.container_schema import MIB, SCHEMA
 
 
 def state_from_inspect(info: dict[str, Any], prior: dict[str, Any]) -> dict[str, Any]:
@@ -70,6 +70,11 @@ def state_from_inspect(info: dict[str, Any], prior: dict[str, Any]) -> dict[str,
         state["deviceRequests"] = [_flat_request(r) for r in host.get("DeviceRequests") or []]
     if config.get("Healthcheck"):
         state["healthcheck"] = _flat_healthcheck(config["Healthcheck"])
+    for name, prop in SCHEMA.items():
+        # What the Terraform state holds for an unset argument with a default (attach, logs,
+        # wait: false): the official provider shows a change of each one it finds missing.
+        if prop.has_default and state.get(name) is None:
+            state[name] = prop.default
     state.setdefault("envs", [])
     state.setdefault("labels", [])
     state.setdefault("containerLogs", "")

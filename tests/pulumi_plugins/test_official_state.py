@@ -371,3 +371,13 @@ def test_a_refreshed_state_keeps_the_official_nulls() -> None:
         k for k, v in refreshed.items() if v is None
     }
     assert "capabilities" not in rpc.to_python(rpc.to_struct({"capabilities": None}))
+
+
+def test_our_state_holds_the_falsy_defaults_the_official_state_holds() -> None:
+    """A state of ours without attach/logs/wait made the official provider list each as a
+    change (null -> false) beside any real one."""
+    state = state_from_inspect(INSPECT, check(PROGRAM, None))
+    assert {k: state[k] for k in ("attach", "logs", "wait")} == {
+        k: OFFICIAL_STATE[k] for k in ("attach", "logs", "wait")
+    }
+    assert not container.diff(state, check(PROGRAM, None), []).changed
