@@ -87,6 +87,8 @@ COMMAND_FIELDS = {
 }
 RUN_FIELDS = {"command": "string", **BASE_FIELDS}
 REPLACE_ON_CHANGES = frozenset({"triggers"})
+KEPT_CONFIG_KEYS = ("__pulumi-go-provider-version",)
+"""Reserved keys of the official provider's configuration inputs that CheckConfig carries over."""
 _CHANGES = provider_pb2.DiffResponse.DIFF_SOME
 _NO_CHANGES = provider_pb2.DiffResponse.DIFF_NONE
 
@@ -609,7 +611,15 @@ class CommandProvider(provider_pb2_grpc.ResourceProviderServicer):
     def CheckConfig(
         self, request: provider_pb2.CheckRequest, context: grpc.ServicerContext
     ) -> provider_pb2.CheckResponse:
-        return provider_pb2.CheckResponse(inputs=request.news)
+        """The settings as given; a marker the official provider left in the old ones is kept
+        (it adds `__pulumi-go-provider-version` to its configuration's inputs), so switching
+        plugins rewrites nothing."""
+        inputs = struct_pb2.Struct()
+        inputs.CopyFrom(request.news)
+        for key in KEPT_CONFIG_KEYS:
+            if key in request.olds.fields and key not in inputs.fields:
+                inputs.fields[key].CopyFrom(request.olds.fields[key])
+        return provider_pb2.CheckResponse(inputs=inputs)
 
     def DiffConfig(
         self, request: provider_pb2.DiffRequest, context: grpc.ServicerContext

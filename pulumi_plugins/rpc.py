@@ -152,10 +152,11 @@ def to_python(value: struct_pb2.Value | struct_pb2.Struct | None) -> Any:
     return None
 
 
-def to_struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
-    """Plain Python values as a protobuf Struct (None values are left out)."""
+def to_struct(values: Mapping[str, Any], keep_null: bool = False) -> struct_pb2.Struct:
+    """Plain Python values as a protobuf Struct (None values are left out, unless `keep_null`:
+    a state that had nulls keeps them)."""
     out = struct_pb2.Struct()
-    out.update({k: v for k, v in values.items() if v is not None})
+    out.update({k: v for k, v in values.items() if keep_null or v is not None})
     return out
 
 

@@ -42,6 +42,8 @@ from pulumi_plugins.rpc import contains_unknown
 
 __all__ = ["TYPE", "autoname", "check", "create", "delete", "diff", "read", "update"]
 AUTONAME_HEX = 7
+SCHEMA_VERSION = "2"
+"""docker_container's Terraform schema version, which the bridge records in `__meta`."""
 
 
 def autoname(name: str, seed: bytes) -> str:
@@ -147,9 +149,13 @@ def create(op: Op, inputs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     except (DockerError, EngineError) as err:
         # The plugin SDK's partial state: the config and the id, nothing read back (so the
         # next `up` clears the error with an empty update and leaves the container as it is).
-        state = {k: v for k, v in inputs.items() if not k.startswith("__")}
-        raise InitError(cid, {**state, "id": cid}, [str(err)]) from None
-    return cid, _read_back(op, cid, inputs)
+        state = props.without_reserved(inputs)
+        raise InitError(cid, {**state, "id": cid, **_meta(op)}, [str(err)]) from None
+    return cid, {**_read_back(op, cid, inputs), **_meta(op)}
+
+
+def _meta(op: Op) -> dict[str, Any]:
+    return {props.META_KEY: props.bridge_meta(SCHEMA_VERSION, op.timeout)}
 
 
 def _initialise(op: Op, cid: str, inputs: dict[str, Any]) -> None:
@@ -221,10 +227,10 @@ def read(
 def update(op: Op, cid: str, olds: dict[str, Any], news: dict[str, Any]) -> dict[str, Any]:
     """Starts a stopped container whose mustRun is back to true, applies restart policy and
     resource changes with `docker update`; everything else only changes the state."""
-    state = {k: v for k, v in olds.items() if not k.startswith("__")}
+    state = {**props.without_reserved(olds), **props.kept_meta(olds)}
     for key, prop in SCHEMA.items():
         if key in news:
-            state[key] = news[key]
+            state[key] = props.without_reserved(news[key])
         elif not prop.computed:
             state.pop(key, None)
     if op.preview:

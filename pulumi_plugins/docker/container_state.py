@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pulumi_plugins.docker import godur
-from pulumi_plugins.docker.container_schema import MIB
+from pulumi_plugins.docker import godur, props
+from pulumi_plugins.docker.container_schema import MIB, SCHEMA
 
 
 def state_from_inspect(info: dict[str, Any], prior: dict[str, Any]) -> dict[str, Any]:
     """The state after the Terraform provider's Read: `prior` (inputs or old state) with what
     Read takes from the container. Envs, labels, volumes, uploads are not read back."""
     config, host = info.get("Config") or {}, info.get("HostConfig") or {}
-    state = {k: v for k, v in prior.items() if not k.startswith("__")}
+    state = {**props.without_reserved(prior), **props.kept_meta(prior)}
     running = bool((info.get("State") or {}).get("Running"))
     if not running:
         state["exitCode"] = (info.get("State") or {}).get("ExitCode", 0)
@@ -70,6 +70,11 @@ def state_from_inspect(info: dict[str, Any], prior: dict[str, Any]) -> dict[str,
         state["deviceRequests"] = [_flat_request(r) for r in host.get("DeviceRequests") or []]
     if config.get("Healthcheck"):
         state["healthcheck"] = _flat_healthcheck(config["Healthcheck"])
+    for name, prop in SCHEMA.items():
+        # What the Terraform state holds for an unset argument with a default (attach, logs,
+        # wait: false): the official provider shows a change of each one it finds missing.
+        if prop.has_default and state.get(name) is None:
+            state[name] = prop.default
     state.setdefault("envs", [])
     state.setdefault("labels", [])
     state.setdefault("containerLogs", "")

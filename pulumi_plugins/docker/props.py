@@ -22,6 +22,15 @@ from pulumi_plugins.rpc import UNKNOWN, contains_unknown
 
 Kind = Literal["str", "int", "bool", "list", "set", "map", "objset", "obj"]
 DEFAULTS_KEY = "__defaults"
+"""The keys the bridge's Check filled with a default, in the inputs and in each nested block."""
+META_KEY = "__meta"
+"""The bridge's Terraform metadata in the state: a JSON string of the timeouts (ns, under the
+plugin SDK's timeouts key) and the resource's `schema_version`."""
+RAW_STATE_DELTA_KEY = "__pulumi_raw_state_delta"
+"""The bridge's recipe for the Terraform raw state from the Pulumi state (renames, MaxItems=1
+blocks): only valid for the state it was written with."""
+TIMEOUTS_KEY = "e2bfb730-ecaa-11e6-8f88-34363bc7c4c0"
+DEFAULT_TIMEOUT_NS = 20 * 60 * 10**9
 _NO_DEFAULT = object()
 
 
@@ -66,6 +75,40 @@ class DiffResult:
         return bool(self.detailed)
 
 
+def reserved(key: str) -> bool:
+    """A key of the bridge's own (`__defaults`, `__meta`, ...), not a property."""
+    return key.startswith("__")
+
+
+def bridge_meta(schema_version: str | None, create_timeout_s: float = 0) -> str:
+    """The `__meta` the bridge writes on Create: every timeout the 20 min default, `create` the
+    step's custom timeout when given, and the Terraform schema version (if not 0)."""
+    create = int(create_timeout_s * 10**9) if create_timeout_s else DEFAULT_TIMEOUT_NS
+    meta: dict[str, Any] = {
+        TIMEOUTS_KEY: {"create": create, "delete": DEFAULT_TIMEOUT_NS, "update": DEFAULT_TIMEOUT_NS}
+    }
+    if schema_version:
+        meta["schema_version"] = schema_version
+    return json.dumps(meta, separators=(",", ":"))
+
+
+def kept_meta(state: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a new state keeps of the old one's reserved keys: `__meta` (its timeouts and schema
+    version); not the raw state delta, which described the old state only."""
+    old = (state or {}).get(META_KEY)
+    return {META_KEY: old} if isinstance(old, str) and old else {}
+
+
+def without_reserved(value: Any) -> Any:
+    """`value` without the bridge's keys (`__defaults` of the inputs' blocks, ...) at any
+    depth: a state holds properties only."""
+    if isinstance(value, Mapping):
+        return {k: without_reserved(v) for k, v in value.items() if not reserved(k)}
+    if isinstance(value, list):
+        return [without_reserved(v) for v in value]
+    return value
+
+
 def is_empty(value: Any) -> bool:
     """Terraform's zero values: an unset attribute and one read back as zero do not differ."""
     return value is None or value is False or value == 0 or value in ("", [], {})
@@ -102,7 +145,7 @@ def unsupported(schema: Schema, news: Mapping[str, Any], what: str) -> list[Fail
     """Failures for properties of the real schema that this provider does not implement."""
     failures = []
     for key in sorted(news):
-        if key.startswith("__"):
+        if reserved(key):
             continue
         if key not in schema:
             failures.append(Failure(key, f"{what}: '{key}' is not implemented by this provider"))
@@ -113,7 +156,7 @@ def unsupported(schema: Schema, news: Mapping[str, Any], what: str) -> list[Fail
             for i, block in enumerate(blocks):
                 if not isinstance(block, Mapping):
                     continue
-                for sub in sorted(set(block) - set(prop.fields)):
+                for sub in sorted(k for k in set(block) - set(prop.fields) if not reserved(k)):
                     where = f"{key}[{i}].{sub}" if prop.kind == "objset" else f"{key}.{sub}"
                     failures.append(
                         Failure(where, f"{what}: '{where}' is not implemented by this provider")
@@ -154,8 +197,9 @@ def apply_defaults(
     schema: Schema, news: dict[str, Any], olds: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     """The inputs with the schema's non-falsy defaults filled in, as the bridge's Check does
-    (falsy defaults stay unset, pulumi-terraform-bridge#2618); `__defaults` lists the top-level
-    keys so filled. An old value that was itself a default is kept."""
+    (falsy defaults stay unset, pulumi-terraform-bridge#2618); `__defaults` lists the keys so
+    filled, at the top and in each block (`[]` where none was). An old value that was itself a
+    default is kept."""
     out = dict(news)
     old_defaults = set((olds or {}).get(DEFAULTS_KEY) or [])
     filled = []
@@ -180,10 +224,13 @@ def apply_defaults(
 def _block_defaults(prop: Prop, block: Any) -> Any:
     if not isinstance(block, Mapping):
         return block
-    filled = dict(block)
+    filled = {k: v for k, v in block.items() if not reserved(k)}
+    added = []
     for name, sub in prop.fields.items():
         if name not in filled and sub.has_default and not is_empty(sub.default):
             filled[name] = sub.default
+            added.append(name)
+    filled[DEFAULTS_KEY] = sorted(added)
     return filled
 
 
@@ -231,7 +278,7 @@ def _change(prop: Prop, old: Any, new: Any) -> str | None:
 def unknowns_for(schema: Schema, inputs: Mapping[str, Any], outputs: list[str]) -> dict[str, Any]:
     """The preview's state: the inputs, with Computed properties not given and the output-only
     properties unknown."""
-    state = {k: v for k, v in inputs.items() if not k.startswith("__")}
+    state: dict[str, Any] = without_reserved(inputs)
     for name, prop in schema.items():
         if prop.computed and name not in state:
             state[name] = UNKNOWN

@@ -70,7 +70,7 @@ def repo_digest(name: str, image: dict[str, Any]) -> str:
 
 
 def _state(inputs: dict[str, Any], image: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    state = {k: v for k, v in inputs.items() if not k.startswith("__")}
+    state = {**props.without_reserved(inputs), **props.kept_meta(inputs)}
     state["imageId"] = image["Id"]
     state["repoDigest"] = repo_digest(inputs["name"], image)
     state["id"] = image["Id"] + inputs["name"]
@@ -86,7 +86,8 @@ def create(op: Op, inputs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         )
     except (DockerError, EngineError) as err:
         raise DockerError(f"Unable to read Docker image into resource: {err}") from None
-    return _state(inputs, image)
+    rid, state = _state(inputs, image)
+    return rid, {**state, props.META_KEY: props.bridge_meta(None, op.timeout)}
 
 
 def read(op: Op, state: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
@@ -99,14 +100,18 @@ def read(op: Op, state: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
 
 def update(op: Op, olds: dict[str, Any], news: dict[str, Any]) -> dict[str, Any]:
     if op.preview:
-        return {**olds, **{k: v for k, v in news.items() if not k.startswith("__")}}
+        return {
+            **props.without_reserved(olds),
+            **props.kept_meta(olds),
+            **props.without_reserved(news),
+        }
     try:
         image = find_image(
             op.engine, news["name"], news.get("platform") or "", op.status, op.timeout
         )
     except (DockerError, EngineError) as err:
         raise DockerError(f"Unable to read Docker image into resource: {err}") from None
-    return _state(news, image)[1]
+    return {**_state(news, image)[1], **props.kept_meta(olds)}
 
 
 def delete(op: Op, state: dict[str, Any]) -> None:

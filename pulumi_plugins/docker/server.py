@@ -331,8 +331,11 @@ class DockerProvider(provider_pb2_grpc.ResourceProviderServicer):
             if refreshed is None:
                 return provider_pb2.ReadResponse()
             (rid, fresh), fresh_inputs = refreshed, inputs
+        # The nulls of a state the official provider wrote (its every unset property) stay.
         return provider_pb2.ReadResponse(
-            id=rid, properties=rpc.to_struct(fresh), inputs=rpc.to_struct(fresh_inputs)
+            id=rid,
+            properties=rpc.to_struct(fresh, keep_null=True),
+            inputs=rpc.to_struct(fresh_inputs),
         )
 
     @_guarded
@@ -348,7 +351,7 @@ class DockerProvider(provider_pb2_grpc.ResourceProviderServicer):
             state = remote_image.update(op, olds, news)
         else:
             _, state = image.build(op, news)
-        return provider_pb2.UpdateResponse(properties=rpc.to_struct(state))
+        return provider_pb2.UpdateResponse(properties=rpc.to_struct(state, keep_null=True))
 
     @_guarded
     def Delete(

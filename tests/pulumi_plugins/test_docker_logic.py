@@ -89,10 +89,15 @@ def test_check_defaults_nested_blocks() -> None:
         devices=[{"hostPath": "/dev/fuse"}],
         deviceRequests=[{"driver": "nvidia", "deviceIds": ["0"], "capabilities": ["gpu"]}],
     )
-    assert inputs["devices"] == [{"hostPath": "/dev/fuse", "permissions": "rwm"}]
+    assert inputs["devices"] == [
+        {"hostPath": "/dev/fuse", "permissions": "rwm", "__defaults": ["permissions"]}
+    ]
     assert inputs["deviceRequests"][0]["driver"] == "nvidia"
+    assert inputs["deviceRequests"][0]["__defaults"] == []
     assert "count" not in inputs["deviceRequests"][0], "count defaults to 0: falsy, unset"
-    assert checked(deviceRequests=[{}])["deviceRequests"] == [{"driver": "cdi"}]
+    assert checked(deviceRequests=[{}])["deviceRequests"] == [
+        {"driver": "cdi", "__defaults": ["driver"]}
+    ]
 
 
 @pytest.mark.parametrize(
