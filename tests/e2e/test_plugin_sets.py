@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import _unavailable
 from tests.e2e.pulumi_stack import changed
 from tests.e2e.sim_stack import SimStack, sim_stack
 from tests.pulumi_sets import plugin_set
+from tests.real_components import unavailable
 
 pytestmark = pytest.mark.docker
 
@@ -33,7 +33,10 @@ def fleet(docker_engine: None) -> Iterator[SimStack]:
     for name in ("official", "ours"):
         found = plugin_set(name)
         if found is None:
-            _unavailable(f"no `{name}` plugin set: scripts/test.sh installs both")
+            unavailable(
+                f"the Pulumi engine on the {name} plugins",
+                f"no `{name}` plugin set: scripts/test.sh installs both",
+            )
     with sim_stack(
         "plugin-sets",
         PORTS,
