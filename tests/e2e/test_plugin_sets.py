@@ -121,3 +121,12 @@ def test_official_to_ours_to_official_and_back_changes_nothing(fleet: SimStack) 
     again = comparable(fleet)
     for part in ("id", "inputs"):
         assert not differing(deployed, again, part), part
+
+
+def test_what_ours_created_moves_to_the_official_plugins_unchanged(fleet: SimStack) -> None:
+    assert fleet.stack.plugins.name == "ours"  # where the test above left the stack
+    fleet.set(cards="2")
+    grown = changed(fleet.stack.up())
+    assert {"local-card-1-vllm-0", "local-card-1-paddlex-0"} <= grown.keys(), grown
+    unchanged_on(fleet, "official")
+    unchanged_on(fleet, "ours")
