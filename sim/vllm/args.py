@@ -85,7 +85,8 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def _json_object(text: str) -> dict[str, Any]:
+def json_object(text: str) -> dict[str, Any]:
+    """`text` as a JSON object, or ValueError saying why not."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -102,8 +103,8 @@ _CONVERTERS = {
     "--max-num-seqs": _positive_int,
     "--mm-processor-cache-gb": _non_negative_float,
     "--gpu-memory-utilization": _memory_fraction,
-    "--compilation-config": _json_object,
-    "--additional-config": _json_object,
+    "--compilation-config": json_object,
+    "--additional-config": json_object,
 }
 _SWITCHES = ("--trust-remote-code", "--no-enable-prefix-caching")
 

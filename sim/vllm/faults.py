@@ -27,7 +27,6 @@ Usage::
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import random
@@ -36,6 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import count
 from typing import Literal
+
+from .args import json_object
 
 FAULTS_ENV = "VLLM_SIM_FAULTS"
 """The environment variable the simulator reads its faults from."""
@@ -100,12 +101,7 @@ def parse_faults(text: str) -> Faults:
     ...
     ValueError: garble + empty + fail: must be <= 1, got 1.1
     """
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg}): {text!r}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"must be a JSON object, got {text!r}")
+    raw = json_object(text)
     unknown = sorted(set(raw) - set(_KEYS))
     if unknown:
         raise ValueError(f"unknown key {unknown[0]!r} (known: {', '.join(_KEYS)})")
