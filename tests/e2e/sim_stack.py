@@ -18,12 +18,15 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
+from bench.rollout.load import CapacitySampler, ClientLoad, summarize
 from components.plan import FleetPlan, build_plan
 from components.settings import load_settings
-from tests.e2e.pulumi_stack import PulumiStack
+from tests.e2e.pulumi_stack import PulumiStack, Step
 from tests.e2e.test_fleet_on_docker import docker, labelled_containers, temp_model_dir
 
 
@@ -117,6 +120,30 @@ def sim_stack(
         shutil.rmtree(model_dir, ignore_errors=True)
         shutil.rmtree(config["gatewayJobsDir"], ignore_errors=True)
         assert not left, f"destroy left {sorted(left)}:\n{why}"
+
+
+def up_under_load(
+    fleet: SimStack, user: Mapping[str, str], admin: Mapping[str, str], **config: str
+) -> tuple[dict[str, Any], list[Step]]:
+    """`config` set and `pulumi up` run while 8 clients send documents through the gateway
+    (2 s of load before and after): what the clients saw during the update
+    (`bench.rollout.load.summarize`) and the update's steps."""
+    with (
+        ClientLoad(fleet.url, clients=8, headers=dict(user)) as load,
+        CapacitySampler(fleet.url, dict(admin)) as capacity,
+    ):
+        time.sleep(2)
+        began = load.now()
+        fleet.set(**config)
+        steps = fleet.stack.up()
+        ended = load.now()
+        time.sleep(2)
+    return summarize(load.results, capacity.samples, (began, ended)), steps
+
+
+def first(steps: list[Step], name: str, op: str) -> Step:
+    """The first step of resource `name` with `op`."""
+    return next(s for s in steps if s.name == name and s.op == op)
 
 
 def tokens(user: str, admin: str) -> dict[str, str]:

@@ -9,15 +9,12 @@ from the engine's events: group 1 is drained only once group 0 is back in servic
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from bench.rollout.load import CapacitySampler, ClientLoad, summarize
 from tests.e2e.gateway_view import wait_for_every_worker
-from tests.e2e.pulumi_stack import Step
-from tests.e2e.sim_stack import SimStack, sim_stack, tokens
+from tests.e2e.sim_stack import SimStack, first, sim_stack, tokens, up_under_load
 
 pytestmark = pytest.mark.docker
 
@@ -40,20 +37,8 @@ def fleet(docker_engine) -> Iterator[SimStack]:
         yield fleet
 
 
-def first(steps: list[Step], name: str, op: str) -> Step:
-    return next(s for s in steps if s.name == name and s.op == op)
-
-
 def test_a_vllm_change_on_one_card_keeps_one_group_serving_and_fails_no_request(fleet):
-    url = fleet.url
-    with ClientLoad(url, clients=8, headers=USER) as load, CapacitySampler(url, ADMIN) as cap:
-        time.sleep(2)
-        began = load.now()
-        fleet.set(maxNumBatchedTokens="8192")
-        steps = fleet.stack.up()
-        ended = load.now()
-        time.sleep(2)
-    summary = summarize(load.results, cap.samples, (began, ended))
+    summary, steps = up_under_load(fleet, USER, ADMIN, maxNumBatchedTokens="8192")
     assert summary["failed"] == 0, summary
     assert summary["requests"] > 50, summary
     assert summary["capacity_total"] == 2 * PER_GROUP, summary
@@ -64,4 +49,4 @@ def test_a_vllm_change_on_one_card_keeps_one_group_serving_and_fails_no_request(
     assert group0_back.ended is not None and group0_back.ended < group1_out.started
     group1_vllm = first(steps, "local-card-0-vllm-1", "delete-replaced")
     assert group1_out.ended is not None and group1_out.ended < group1_vllm.started
-    wait_for_every_worker(url, ADMIN, lambda states: set(states.values()) == {"healthy"}, 15)
+    wait_for_every_worker(fleet.url, ADMIN, lambda states: set(states.values()) == {"healthy"}, 15)

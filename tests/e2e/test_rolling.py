@@ -16,10 +16,8 @@ import time
 import httpx
 import pytest
 
-from bench.rollout.load import CapacitySampler, ClientLoad, summarize
 from tests.e2e.gateway_view import upstream_states, wait_for_every_worker
-from tests.e2e.pulumi_stack import Step
-from tests.e2e.sim_stack import SimStack, sim_stack, tokens
+from tests.e2e.sim_stack import SimStack, first, sim_stack, tokens, up_under_load
 
 pytestmark = pytest.mark.docker
 
@@ -48,20 +46,8 @@ def every_worker_sees_all_healthy(fleet: SimStack) -> None:
     wait_for_every_worker(fleet.url, ADMIN, lambda s: set(s.values()) == {"healthy"}, 15)
 
 
-def first(steps: list[Step], name: str, op: str) -> Step:
-    return next(s for s in steps if s.name == name and s.op == op)
-
-
 def test_a_vllm_flag_change_rolls_card_by_card_with_no_failed_request(fleet):
-    url = fleet.url
-    with ClientLoad(url, clients=8, headers=USER) as load, CapacitySampler(url, ADMIN) as cap:
-        time.sleep(2)
-        began = load.now()
-        fleet.set(maxNumBatchedTokens="8192")
-        steps = fleet.stack.up()
-        ended = load.now()
-        time.sleep(2)
-    summary = summarize(load.results, cap.samples, (began, ended))
+    summary, steps = up_under_load(fleet, USER, ADMIN, maxNumBatchedTokens="8192")
     assert summary["failed"] == 0, summary
     assert summary["requests"] > 50, summary
     # Never more than one card (of two) out of service: at least the other card's instances.
