@@ -234,7 +234,9 @@ def _docker_build(op: Op, name: str, spec: dict[str, Any], context: str, dockerf
     engine = op.engine
     buildkit = spec.get("builderVersion", "BuilderBuildKit") == "BuilderBuildKit"
     if buildkit and not engine.buildkit():
-        op.warn("BuildKit is not available (no docker buildx plugin): building with BuilderV1")
+        # The official provider builds with BuildKit through the engine's API and says nothing;
+        # the image is the same, so this is progress, not a warning (a quiet `pulumi up`).
+        op.status("BuildKit is not available (no docker buildx plugin): building with BuilderV1")
         buildkit = False
     with tempfile.TemporaryDirectory(prefix="pulumi-docker-build-") as scratch:
         iidfile = Path(scratch) / "iid"

@@ -565,3 +565,29 @@ def test_the_plugins_announce_the_versions_pyproject_pins() -> None:
     pins = dict(d.split("==", 1) for d in deps if "==" in d)
     assert pins["pulumi-docker"] == VERSION
     assert pins["pulumi-command"] == command.PLUGIN_VERSION
+
+
+def test_a_build_without_buildx_says_so_as_progress_not_as_a_warning(tmp_path):
+    from pulumi_plugins.docker import image
+    from pulumi_plugins.docker.ops import Op
+
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    logged: list[tuple[str, str, bool]] = []
+
+    class Engine:
+        def buildkit(self) -> bool:
+            return False
+
+        def run(self, args, on_line, timeout, env):
+            assert env == {"DOCKER_BUILDKIT": "0"} and "--load" not in args
+            Path(args[args.index("--iidfile") + 1]).write_text("sha256:abc")
+
+        def inspect_image(self, ref):
+            return {"Id": ref}
+
+    op = Op(Engine(), "urn", False, 60, lambda *entry: logged.append(entry))  # type: ignore[arg-type]
+    assert image._docker_build(op, "x:1", {}, str(tmp_path), str(tmp_path / "Dockerfile")) == (
+        "sha256:abc"
+    )
+    assert [entry for entry in logged if entry[0] == "warning"] == []
+    assert any("building with BuilderV1" in message for _, message, _ in logged)
