@@ -4,7 +4,12 @@
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e . >/dev/null
+# pip's and setuptools' notes (an editable install) only when the install fails
+if ! pip_said="$(.venv/bin/python -m pip install -q --disable-pip-version-check -e . 2>&1)"; then
+  echo "$pip_said" >&2
+  echo "pulumi-env: pip install -e . failed (above)" >&2
+  exit 1
+fi
 
 pulumi_bin="$(bash scripts/install-pulumi.sh)"
 export PATH="$pulumi_bin:$PATH"
