@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.e2e.gateway_view import wait_for_every_worker
 from tests.e2e.pulumi_stack import changed
 from tests.e2e.sim_stack import SimStack, sim_stack
 from tests.e2e.test_fleet_on_docker import png_bytes
@@ -65,8 +66,8 @@ def test_a_second_card_is_added_without_touching_the_first(fleet):
     # the first card untouched; the gateway's config now lists the new card's instances
     assert not [name for name in found if "card-0" in name], found
     assert "local-gateway-config" in found, found
-    upstreams = httpx.get(f"{fleet.url}/upstreams", timeout=10).json()["upstreams"]
-    assert len(upstreams) == 4
+    # each gateway worker reads the new config on its own schedule: wait for all of them
+    wait_for_every_worker(fleet.url, {}, lambda states: len(states) == 4, 30)
     served(fleet)
 
 
