@@ -146,12 +146,12 @@ class Fleet(pulumi.ComponentResource):
 
         for card in plan.cards:
             images = self.images[card.host.name]
+            keys = rollout.group_keys(card)
             groups = {}
-            for vllm in card.vllm:
+            for vllm, key in zip(card.vllm, keys, strict=True):
                 drain, undrain = rollout.group_commands(
                     plan, card, vllm, settings.drain_timeout, token_file
                 )
-                key = (card.host.name, card.card, vllm.index)
                 groups[vllm.port] = GroupRollout(
                     drain, undrain, waits.apply(functools.partial(after, key=key))
                 )
@@ -167,8 +167,7 @@ class Fleet(pulumi.ComponentResource):
                     groups=groups,
                 ),
             )
-            for vllm, step in zip(card.vllm, npu.in_service, strict=True):
-                in_service[(card.host.name, card.card, vllm.index)] = step
+            in_service.update(zip(keys, npu.in_service, strict=True))
             self.cards.append(npu)
         servers = [server for card in self.cards for server in card.paddlex]
         upstreams = {
