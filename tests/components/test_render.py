@@ -468,13 +468,12 @@ def test_rendered_scripts_are_valid_shell(seed):
         subprocess.run(["bash", "-n", "-c", script], check=True)
 
 
-@pytest.mark.parametrize("service", ["gateway", "keeper"])
-def test_a_handed_over_service_is_ready_only_once_its_own_process_serves(
-    shell_env, tmp_path, monkeypatch, service
-):
-    """During a handover the old process answers on the port too: the readiness wait passes
-    only once the new container's serving file exists, not when the port answers."""
-    env, _, _ = shell_env
+def _handing_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, service: str
+) -> tuple[Path, _Server, str]:
+    """A handover of `service` (gateway or keeper) in progress: the old process answering on
+    its port; returns the new container's serving file (not written yet), that old process and
+    the readiness wait of the new one."""
     serving = tmp_path / "run" / "serving"
     monkeypatch.setattr(render_gateway, "SERVING_FILE", str(serving))
     monkeypatch.setattr(render_keeper, "SERVING_FILE", str(serving))
@@ -487,6 +486,17 @@ def test_a_handed_over_service_is_ready_only_once_its_own_process_serves(
         if service == "gateway"
         else render.keeper_ready_command(plan.gateway.keeper, "new-keeper")
     )
+    return serving, server, ready
+
+
+@pytest.mark.parametrize("service", ["gateway", "keeper"])
+def test_a_handed_over_service_is_ready_only_once_its_own_process_serves(
+    shell_env, tmp_path, monkeypatch, service
+):
+    """During a handover the old process answers on the port too: the readiness wait passes
+    only once the new container's serving file exists, not when the port answers."""
+    env, _, _ = shell_env
+    serving, server, ready = _handing_over(tmp_path, monkeypatch, service)
     try:
         waiting = subprocess.Popen(
             ["/bin/sh", "-c", ready], env=env, stdout=subprocess.PIPE, text=True
@@ -509,18 +519,7 @@ def test_a_handed_over_service_is_not_ready_while_its_serving_file_says_waiting(
     hands nothing over: the old process answers there, the new one serves nothing yet, so the
     readiness wait goes on until the file says ``"serving"``."""
     env, _, _ = shell_env
-    serving = tmp_path / "run" / "serving"
-    monkeypatch.setattr(render_gateway, "SERVING_FILE", str(serving))
-    monkeypatch.setattr(render_keeper, "SERVING_FILE", str(serving))
-    _, plan = _settings_on(free_port())
-    assert plan.gateway.keeper is not None
-    target = plan.gateway if service == "gateway" else plan.gateway.keeper
-    server = _Server(target.port, b'{"status": "ok"}')  # the old process, answering
-    ready = (
-        render.gateway_ready_command(plan.gateway, "new-gateway")
-        if service == "gateway"
-        else render.keeper_ready_command(plan.gateway.keeper, "new-keeper")
-    )
+    serving, server, ready = _handing_over(tmp_path, monkeypatch, service)
     serving.parent.mkdir()
     try:
         for content in ('{"state": "waiting", "pid": 7}', "{not json"):
